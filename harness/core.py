@@ -1,0 +1,237 @@
+"""The decoding core: one loop for every router (small-only, large-only, per-token, speculative).
+
+Every model keeps a KV cache for the whole generation. Each model's cache holds a prefix of the
+token sequence; when a model is consulted it catches up on the tokens it has not seen in ONE
+batched forward pass (`catch_up`), and a rejected draft is undone by cropping caches (`rollback`).
+A router never calls a model: it says what it needs (`routers.base.Needs`) and decides.
+
+Run it:  hybridbench generate --router oracle --prompt "What is 7*6?"
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.backend import Backend
+from harness.records import ForwardRecord, Generation, StepRecord
+from routers.base import Decision, QueryView, Router, StepView
+from routers.baselines import LargeOnly, SmallOnly
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How to decode one prompt."""
+
+    max_new_tokens: int = 256  # hard cap on emitted tokens
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus mass when sampling
+    seed: int = 0  # seeds the generation's RNG (sampling and routers)
+    stop: tuple[str, ...] = ()  # stop strings; the completion is cut before the first one
+    eos_ids: tuple[int, ...] = ()  # token ids that end the generation (not emitted)
+
+
+@dataclass
+class _Run:
+    """Mutable state of one generation; lives only inside `generate`."""
+
+    models: dict[str, Backend]
+    tokens: list[int]  # prompt + emitted tokens
+    n_prompt: int
+    clock: Callable[[], float]
+    provenance: list[int] = field(default_factory=list)
+    forwards: list[ForwardRecord] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+def sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> int:
+    """Greedy argmax at temperature 0; else a draw from softmax(logits / T) cut to top-p mass."""
+    if temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, idx = torch.sort(probs, descending=True)
+        outside = torch.cumsum(sorted_p, -1) - sorted_p >= top_p  # keep the token crossing top_p
+        sorted_p[outside] = 0.0
+        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+    return int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
+
+
+def catch_up(
+    run: _Run, role: str, seq: list[int], n_rows: int, hidden: bool = False, phase: str = ""
+):
+    """One forward pass of `role` over the tokens of `seq` it has not cached yet.
+
+    Returns its outputs at the last `n_rows` positions of `seq` (and the hidden states there).
+    When the cache already holds more than `len(seq) - n_rows` tokens it is cropped first, so
+    the pass always re-reads at least the rows asked for.
+    """
+    m = run.models[role]
+    m.crop(min(m.length, len(seq) - n_rows))
+    before, new = m.length, seq[m.length :]
+    phase = "prefill" if before == 0 else phase or _PHASE[role]
+    m.sync()
+    t0 = run.clock()
+    out, h = m.forward(new, n_rows, hidden)
+    m.sync()
+    run.forwards.append(ForwardRecord(role, phase, len(new), before, run.clock() - t0))
+    return out, h
+
+
+_PHASE = {"small": "draft", "large": "catch_up", "reward": "score", "router": "score"}
+
+
+def draft(run: _Run, k: int, cfg: DecodeConfig, gen: torch.Generator, hidden: bool):
+    """Small proposes up to k tokens; stops early at EOS. The last token is not fed yet."""
+    toks, rows, hids = [], [], []
+    for _ in range(k):
+        logits, h = catch_up(run, "small", run.tokens + toks, 1, hidden)
+        toks.append(sample(logits[0], cfg.temperature, cfg.top_p, gen))
+        rows.append(logits[0])
+        hids.append(h[0] if hidden else None)
+        if toks[-1] in cfg.eos_ids:
+            break
+    return (
+        torch.tensor(toks, dtype=torch.long),
+        torch.stack(rows),
+        torch.stack(hids) if hidden else None,
+    )
+
+
+def verify(run: _Run, draft_ids: torch.Tensor) -> torch.Tensor:
+    """Large over the prefix it has not seen plus the whole draft, in one pass: k+1 rows of p."""
+    seq = run.tokens + draft_ids.tolist()
+    return catch_up(run, "large", seq, len(draft_ids) + 1, phase="verify")[0]
+
+
+def score(run: _Run, draft_ids: torch.Tensor) -> torch.Tensor:
+    """Reward of each drafted token, from the reward model's own incremental cache."""
+    out, _ = catch_up(run, "reward", run.tokens + draft_ids.tolist(), len(draft_ids))
+    return out[:, 0]
+
+
+def rollback(run: _Run, n_valid: int) -> None:
+    """Crop every cache that has read past the first `n_valid` tokens of the new sequence."""
+    for m in run.models.values():
+        m.crop(min(m.length, n_valid))
+
+
+def route_query(run: _Run, router: Router, gen: torch.Generator) -> str:
+    """Query routers: small's prefill (reused if small answers) gives the prompt feature."""
+    _, h = catch_up(run, "small", run.tokens, run.n_prompt, hidden=True)
+    view = QueryView(torch.tensor(run.tokens), h.mean(dim=0), gen)
+    return "large" if router.route_query(view) else "small"
+
+
+def _check(d: Decision, k: int) -> None:
+    if not 0 <= d.keep <= k or (d.keep < k and not d.defer):
+        raise RuntimeError(f"router decision {d} is invalid for a draft of {k} tokens")
+
+
+def generate(
+    models: dict[str, Backend],
+    router: Router,
+    prompt_ids: list[int],
+    cfg: DecodeConfig,
+    decode: Callable[[list[int]], str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Generation:
+    """Decode one prompt with `router` deciding, per step, which model's tokens are emitted.
+
+    `models` maps roles ("small", "large", optionally "reward") to backends; `decode` turns
+    token ids into text (needed for stop strings and the returned text).
+    """
+    run = _Run(models, list(prompt_ids), len(prompt_ids), clock)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    for m in models.values():
+        m.reset()
+    router.reset()
+    start, ttft, query_route, stop_reason = clock(), math.nan, "", "max_tokens"
+    # 1. query routers decide once, then the answer is small-only or large-only
+    if router.needs().query:
+        query_route = route_query(run, router, gen)
+        router = SmallOnly() if query_route == "small" else LargeOnly()
+    while len(run.provenance) < cfg.max_new_tokens:
+        t0, n_before = clock(), len(run.forwards)
+        needs, n_old = router.needs(), len(run.tokens)
+        k = min(needs.draft_len, cfg.max_new_tokens - len(run.provenance))
+        # 2. draft: small proposes k tokens
+        if k > 0:
+            d_ids, q, h = draft(run, k, cfg, gen, needs.small_hidden)
+            k = len(d_ids)
+        # 3. score: the reward model rates each drafted token
+        rew = score(run, d_ids) if k and needs.reward else None
+        # 4. verify: large reads the draft in one pass when the router needs p
+        p = verify(run, d_ids) if k and needs.large_logits else None
+        # 5. decide
+        if k == 0:
+            d = Decision(keep=0, defer=True)
+        else:
+            view = StepView(
+                len(run.provenance), d_ids, q, h, p, rew, cfg.temperature, cfg.top_p, gen
+            )
+            d = router.decide(view)
+            _check(d, k)
+        # 6. emit: the kept draft, then large's token when deferring (within the token budget)
+        emitted = d_ids[: d.keep].tolist() if k else []
+        run.tokens += emitted
+        run.provenance += [0] * len(emitted)
+        large_tok = d.defer and len(run.provenance) < cfg.max_new_tokens
+        if large_tok:
+            if d.large_token is None:
+                rows = p[d.keep] if p is not None else catch_up(run, "large", run.tokens, 1)[0][0]
+                tok = sample(rows, cfg.temperature, cfg.top_p, gen)
+            else:
+                tok = d.large_token
+            run.tokens.append(tok)
+            run.provenance.append(1)
+        # 7. rollback: caches that read rejected draft tokens forget them
+        rollback(run, n_old + d.keep)
+        called = any(f.model == "large" for f in run.forwards[n_before:])
+        run.steps.append(StepRecord(k, d.keep, int(large_tok), called, clock() - t0))
+        if run.provenance and math.isnan(ttft):
+            ttft = clock() - start
+        # 8. stop on EOS or a stop string
+        stop_reason = _stopped(run, n_old, cfg, decode)
+        if stop_reason:
+            break
+    ids = run.tokens[run.n_prompt :]
+    if ids and ids[-1] in cfg.eos_ids:
+        ids, run.provenance = ids[:-1], run.provenance[: len(ids) - 1]
+    text = _cut(decode(ids), cfg.stop) if decode else ""
+    return Generation(
+        prompt_ids=tuple(prompt_ids),
+        token_ids=tuple(ids),
+        text=text,
+        provenance=tuple(run.provenance),
+        stop_reason=stop_reason or "max_tokens",
+        steps=tuple(run.steps),
+        forwards=tuple(run.forwards),
+        seconds=clock() - start,
+        ttft=ttft,
+        query_route=query_route,
+    )
+
+
+def _stopped(run: _Run, n_old: int, cfg: DecodeConfig, decode) -> str:
+    """Trim the tokens after an EOS emitted this step; report why decoding should stop."""
+    new = run.tokens[n_old:]
+    for i, t in enumerate(new):
+        if t in cfg.eos_ids:
+            del run.tokens[n_old + i + 1 :]
+            del run.provenance[len(run.tokens) - run.n_prompt :]
+            return "eos"
+    if cfg.stop and decode is not None:
+        text = decode(run.tokens[run.n_prompt :])
+        if any(s in text for s in cfg.stop):
+            return "stop_string"
+    return ""
+
+
+def _cut(text: str, stop: tuple[str, ...]) -> str:
+    cuts = [text.find(s) for s in stop if s in text]
+    return text[: min(cuts)] if cuts else text

@@ -1,0 +1,103 @@
+"""Baseline routers: controls (`small`, `large`, `random`), training-free signals (`entropy`,
+`confidence`) and the `oracle` upper bound. Each is a few lines of policy over `StepView`."""
+
+from __future__ import annotations
+
+import torch
+
+from routers.base import Decision, Needs, Router, StepView, TokenRouter
+
+
+class SmallOnly(Router):
+    """Every token from small; large never runs."""
+
+    name = "small"
+
+    def needs(self) -> Needs:
+        return Needs(draft_len=1)
+
+    def decide(self, view: StepView) -> Decision:
+        return Decision(keep=len(view.draft), defer=False)
+
+
+class LargeOnly(Router):
+    """Every token from large; small never runs (draft_len 0)."""
+
+    name = "large"
+
+    def needs(self) -> Needs:
+        return Needs(draft_len=0)
+
+
+class RandomRouter(TokenRouter):
+    """Defers each token with probability p, drawn from the generation's seeded RNG.
+
+    At a matched rate it is the control every learned router must beat.
+    """
+
+    name = "random"
+
+    def __init__(self, p: float = 0.5):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p must be in [0, 1], got {p}")
+        self.p = p
+
+    def defer_mask(self, view: StepView) -> torch.Tensor:
+        return torch.rand(len(view.draft), generator=view.generator) < self.p
+
+    def describe(self) -> dict:
+        return {"p": self.p}
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy in nats of softmax(logits) per row: [k, V] -> [k]."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+class EntropyRouter(TokenRouter):
+    """Defers when small's next-token entropy (nats) exceeds `threshold`: small is unsure."""
+
+    name = "entropy"
+
+    def __init__(self, threshold: float = 1.0):
+        self.threshold = threshold
+
+    def defer_mask(self, view: StepView) -> torch.Tensor:
+        return entropy(view.small_logits) > self.threshold
+
+    def describe(self) -> dict:
+        return {"threshold": self.threshold}
+
+
+class ConfidenceRouter(TokenRouter):
+    """Defers when small's top-token probability is below `threshold`."""
+
+    name = "confidence"
+
+    def __init__(self, threshold: float = 0.5):
+        self.threshold = threshold
+
+    def defer_mask(self, view: StepView) -> torch.Tensor:
+        return torch.softmax(view.small_logits.float(), -1).amax(-1) < self.threshold
+
+    def describe(self) -> dict:
+        return {"threshold": self.threshold}
+
+
+class OracleRouter(TokenRouter):
+    """Defers exactly where small's greedy token differs from large's greedy token.
+
+    It reads large's logits at every step (large_call_share = 1), so it is an upper bound on
+    what a per-token router can save in large *tokens*, not in large *calls*. At temperature 0
+    its output equals large's greedy output token for token.
+    """
+
+    name = "oracle"
+
+    def needs(self) -> Needs:
+        return Needs(draft_len=self.draft_len, large_logits=True)
+
+    def defer_mask(self, view: StepView) -> torch.Tensor:
+        k = len(view.draft)
+        return view.small_logits.argmax(-1) != view.large_logits[:k].argmax(-1)

@@ -1,0 +1,174 @@
+"""The decoding core on tiny random models: equivalences with HF generate, caches, seeds, stops."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.core import DecodeConfig, _Run, catch_up, generate, rollback
+from routers import get_router
+from routers.base import Decision, Router, StepView
+from tests.tiny import tiny_backends
+
+PROMPT = [1, 33, 31, 17, 30, 99, 20, 21, 97, 32, 20, 17, 2, 99, 1, 13]
+N = 24
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_backends()
+
+
+def hf_greedy(backend, n=N):
+    out = backend.model.generate(
+        torch.tensor([PROMPT]),
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    return out[0, len(PROMPT) :].tolist()
+
+
+def run(pair, name, args=None, **cfg):
+    cfg = DecodeConfig(**{"max_new_tokens": N, **cfg})
+    return generate(pair, get_router(name, args), PROMPT, cfg)
+
+
+KEEP_ALL = [
+    ("small", {}),
+    ("random", {"p": 0.0}),
+    ("entropy", {"threshold": math.inf}),
+    ("confidence", {"threshold": 0.0}),
+]
+DEFER_ALL = [
+    ("large", {}),
+    ("random", {"p": 1.0}),
+    ("entropy", {"threshold": -1.0}),
+    ("confidence", {"threshold": 1.1}),
+]
+
+
+@pytest.mark.parametrize("name,args", KEEP_ALL)
+def test_keep_everything_equals_small_greedy(pair, name, args):
+    g = run(pair, name, args)
+    assert list(g.token_ids) == hf_greedy(pair["small"])
+    assert set(g.provenance) == {0}
+    assert not any(s.large_called for s in g.steps)
+
+
+@pytest.mark.parametrize("name,args", DEFER_ALL)
+def test_defer_everything_equals_large_greedy(pair, name, args):
+    g = run(pair, name, args)
+    assert list(g.token_ids) == hf_greedy(pair["large"])
+    assert set(g.provenance) == {1}
+
+
+def test_oracle_equals_large_greedy_with_fewer_large_tokens(pair):
+    g = run(pair, "oracle")
+    assert list(g.token_ids) == hf_greedy(pair["large"])
+    share = sum(g.provenance) / len(g.provenance)
+    assert hf_greedy(pair["small"]) != hf_greedy(pair["large"])  # the models do differ
+    assert 0 < share < 1
+    assert all(s.large_called for s in g.steps)
+
+
+def test_large_only_never_runs_small(pair):
+    g = run(pair, "large")
+    assert {f.model for f in g.forwards} == {"large"}
+
+
+def test_catch_up_matches_from_scratch_forward(pair):
+    """After the large model catches up on k unseen tokens in one pass, its next-token logits equal
+    a from-scratch forward over the same prefix (float32; tolerance 1e-4 absolute)."""
+    large = pair["large"]
+    large.reset()
+    r = _Run(pair, list(PROMPT), len(PROMPT), clock=lambda: 0.0)
+    catch_up(r, "large", PROMPT[:5], 1)
+    seq = PROMPT + [40, 41, 42, 43]
+    got, _ = catch_up(r, "large", seq, 1)
+    assert r.forwards[-1].tokens_in == len(seq) - 5  # one batched pass over every unseen token
+    with torch.no_grad():
+        ref = large.model(torch.tensor([seq])).logits[0, -1]
+    torch.testing.assert_close(got[0], ref, atol=1e-4, rtol=0)
+    # roll back past the caught-up tokens and take another branch: still exact
+    rollback(r, len(PROMPT) + 1)
+    seq2 = PROMPT + [40, 50, 51]
+    got2, _ = catch_up(r, "large", seq2, 1)
+    with torch.no_grad():
+        ref2 = large.model(torch.tensor([seq2])).logits[0, -1]
+    torch.testing.assert_close(got2[0], ref2, atol=1e-4, rtol=0)
+
+
+def test_random_router_share_tracks_p(pair):
+    shares = []
+    for seed in range(4):
+        g = run(pair, "random", {"p": 0.3}, seed=seed, max_new_tokens=40)
+        shares.append(sum(g.provenance) / len(g.provenance))
+    assert 0.1 < sum(shares) / len(shares) < 0.5
+
+
+def test_same_seed_same_sample_different_seed_different(pair):
+    a = run(pair, "random", {"p": 0.5}, temperature=1.0, seed=7)
+    b = run(pair, "random", {"p": 0.5}, temperature=1.0, seed=7)
+    c = run(pair, "random", {"p": 0.5}, temperature=1.0, seed=8)
+    assert a.token_ids == b.token_ids and a.provenance == b.provenance
+    assert a.token_ids != c.token_ids
+
+
+def test_top_p_tiny_keeps_only_argmax(pair):
+    g = run(pair, "small", temperature=1.0, top_p=1e-9, seed=3)
+    assert list(g.token_ids) == hf_greedy(pair["small"])
+
+
+def test_eos_stops_and_is_not_emitted(pair):
+    greedy = hf_greedy(pair["small"])
+    eos = greedy[5]
+    g = run(pair, "small", eos_ids=(eos,))
+    assert list(g.token_ids) == greedy[: greedy.index(eos)]
+    assert g.stop_reason == "eos" and len(g.provenance) == len(g.token_ids)
+
+
+def test_stop_string_cuts_text(pair):
+    decode = lambda ids: "".join(chr(65 + i % 26) for i in ids)  # noqa: E731
+    full = decode(hf_greedy(pair["small"]))
+    stop = full[6:8]
+    g = generate(
+        pair, get_router("small"), PROMPT, DecodeConfig(max_new_tokens=N, stop=(stop,)), decode
+    )
+    assert g.stop_reason == "stop_string" and g.text == full[: full.find(stop)]
+
+
+def test_max_tokens_respected_with_multi_token_drafts(pair):
+    class Keep3(Router):
+        def needs(self):
+            from routers.base import Needs
+
+            return Needs(draft_len=3)
+
+        def decide(self, view: StepView) -> Decision:
+            return Decision(keep=len(view.draft), defer=True)
+
+    for n in (1, 4, 7):
+        g = generate(pair, Keep3(), PROMPT, DecodeConfig(max_new_tokens=n))
+        assert len(g.token_ids) == n == len(g.provenance)
+
+
+def test_invalid_decision_is_an_error(pair):
+    class Bad(Router):
+        def decide(self, view):
+            return Decision(keep=0, defer=False)
+
+    with pytest.raises(RuntimeError, match="invalid"):
+        generate(pair, Bad(), PROMPT, DecodeConfig(max_new_tokens=3))
+
+
+def test_records_are_consistent(pair):
+    g = run(pair, "random", {"p": 0.5}, seed=1)
+    assert sum(s.kept + s.large_tokens for s in g.steps) == len(g.token_ids)
+    assert sum(s.large_tokens for s in g.steps) == sum(g.provenance)
+    assert g.forwards[0].phase == "prefill" and g.forwards[0].cache_len == 0
+    assert 0 <= g.ttft <= g.seconds
