@@ -95,6 +95,10 @@ class Router:
         """Arguments that identify this router's setting in result files."""
         return {}
 
+    def used_example_ids(self) -> frozenset[str]:
+        """Ids of task examples this router was trained or calibrated on; never evaluated on."""
+        return frozenset()
+
 
 class TokenRouter(Router):
     """A per-token router: defer at the first drafted token that `defer_mask` flags.

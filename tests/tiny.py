@@ -84,3 +84,19 @@ def tiny_backends(seed: int = 2) -> dict:
         "small": HFBackend(small, info("small", small)),
         "large": HFBackend(large, info("large", large)),
     }
+
+
+def save_tiny_pair(root, seed: int = 2):
+    """Write the tiny pair as two model folders (weights + tokenizer), like a user's local models."""
+    from pathlib import Path
+
+    root = Path(root)
+    small, large = tiny_pair(seed)
+    tok = tiny_tokenizer()
+    out = []
+    for name, model in (("small", small), ("large", large)):
+        model.generation_config.eos_token_id = tok.eos_token_id
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        out.append(str(root / name))
+    return tuple(out)

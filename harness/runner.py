@@ -1,0 +1,264 @@
+"""`hybridbench run`: one router on one task split, crash-safe and resumable.
+
+    hybridbench run --task gsm8k --router oracle --limit 5 --out runs/gsm8k-oracle
+
+The run folder holds
+  manifest.json  - what ran: task, split, router and its arguments, decode settings, models
+                   (source, dtype, device, sizes, sha256), package versions, git commit, machine
+  records.jsonl  - one `ExampleRecord` per line, appended and fsync'ed as each example is scored
+  summary.json   - `harness.metrics.summarize` over the records, written at the end
+Re-running the same command resumes: scored examples are skipped, failed ones (an `error` field)
+are retried, and a half-written last line from a crash is dropped. Timing fields of the summary
+naturally differ between runs; every other field equals an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import cli
+from harness.errors import UserError
+from harness.records import ExampleRecord
+
+# Manifest fields that must match for a folder to be resumed rather than refused.
+IDENTITY = (
+    "task",
+    "task_args",
+    "split",
+    "split_seed",
+    "router",
+    "router_args",
+    "decode",
+    "model_sources",
+)
+
+
+def configure_run(p) -> None:
+    p.add_argument("--task", required=True, help="task name (see `hybridbench tasks`)")
+    p.add_argument("--task-arg", action="append", default=[], metavar="K=V", help="task argument")
+    cli.add_router_args(p)
+    p.add_argument("--split", default="test", help="train | calib | test | all (default test)")
+    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=None, help="first N examples of the split")
+    p.add_argument("--out", required=True, help="run folder (created; resumed if it exists)")
+    cli.add_decode_args(p, max_new_tokens=None)
+    cli.add_model_args(p)
+
+
+def run_run(args) -> int:
+    from routers import get_router, parse_args
+    from tasks import get_task
+
+    task_args = parse_args(args.task_arg)
+    task = get_task(args.task, **task_args)
+    router_args = parse_args(args.router_arg)
+    router = get_router(args.router, router_args)
+    if args.limit is not None and args.limit < 0:
+        raise UserError(f"--limit must be >= 0, got {args.limit}")
+    cfg = cli.decode_config(args, stop=tuple(task.stop))
+    if args.max_new_tokens is None:
+        cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
+    examples = task.split(args.split, seed=args.split_seed)[: args.limit]
+    from tasks.base import check_disjoint
+
+    check_disjoint(
+        set(router.used_example_ids()), [ex.id for ex in examples], f"router {args.router}"
+    )
+    identity = {
+        "task": task.name,
+        "task_args": task_args,
+        "split": args.split,
+        "split_seed": args.split_seed,
+        "router": args.router,
+        "router_args": {**router.describe(), **router_args},
+        "decode": {k: v for k, v in cfg.__dict__.items() if k != "eos_ids"},
+        "model_sources": {
+            "small": args.small or "default",
+            "large": args.large or "default",
+            "dtype": args.dtype,
+        },
+    }
+    identity = json.loads(json.dumps(identity))  # compare as stored: tuples become lists
+    out = Path(args.out)
+    manifest = _open_run(out, identity, args)
+    done = load_records(out / "records.jsonl", repair=True)
+    todo = [ex for ex in examples if ex.id not in done]
+    if todo:
+        engine = cli.load_engine(args)
+        manifest["models"] = engine.model_infos()
+        _write_json(out / "manifest.json", manifest)
+        decode_examples(engine, router, task, todo, cfg, out / "records.jsonl", args.split, done)
+    records = [done[ex.id] for ex in examples if ex.id in done]
+    summary = write_summary(out, records, manifest)
+    print(_summary_text(summary))
+    return 0 if summary.get("n_failed", 0) == 0 else 1
+
+
+def _open_run(out: Path, identity: dict, args) -> dict:
+    """Create the folder and manifest, or check that an existing one is the same run."""
+    path = out / "manifest.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = [k for k in IDENTITY if old.get(k) != identity.get(k)]
+        if diff:
+            raise UserError(
+                f"{out} holds a different run ({', '.join(diff)} differ); use another --out"
+            )
+        return old
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {**identity, "metric": None, "limit": args.limit, **environment()}
+    from tasks import get_task
+
+    manifest["metric"] = get_task(identity["task"], **identity["task_args"]).metric
+    manifest.update(seed=args.seed, temperature=args.temperature, top_p=args.top_p)
+    manifest["max_new_tokens"] = identity["decode"]["max_new_tokens"]
+    _write_json(path, manifest)
+    return manifest
+
+
+def decode_examples(
+    engine, router, task, examples, cfg, path: Path, split: str, done: dict
+) -> None:
+    """Decode, score and append each example; a failure is recorded (and retried on resume)."""
+    from tqdm import tqdm
+
+    bar = tqdm(examples, desc=f"{task.name}/{router.name}", unit="ex", file=sys.stderr)
+    with path.open("a", encoding="utf-8") as f:
+        for ex in bar:
+            t0, error, scores, gen = time.perf_counter(), "", {}, None
+            try:
+                gen = engine.generate(router, engine.encode(ex.messages), cfg)
+                scores = task.score(ex, gen.text)
+            except (UserError, KeyboardInterrupt):
+                raise
+            except Exception as e:  # noqa: BLE001 - recorded as a failed example, retried on resume
+                error = f"{type(e).__name__}: {e}"
+            rec = ExampleRecord(
+                example_id=ex.id,
+                split=split,
+                completion=gen.text if gen else "",
+                scores=scores,
+                generation=gen.to_json() if gen else {},
+                seconds=time.perf_counter() - t0,
+                error=error,
+            ).to_json()
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+            if not error:
+                done[ex.id] = rec
+            bar.set_postfix_str(_progress(done.values(), task.metric))
+
+
+def _progress(records, metric: str) -> str:
+    records = list(records)
+    if not records:
+        return ""
+    acc = sum(r["scores"].get(metric, 0.0) for r in records) / len(records)
+    emitted = sum(len(r["generation"]["provenance"]) for r in records)
+    large = sum(sum(r["generation"]["provenance"]) for r in records)
+    return f"{metric}={acc:.3f} large_share={large / emitted if emitted else float('nan'):.3f}"
+
+
+def load_records(path: Path, repair: bool = False) -> dict[str, dict]:
+    """example_id -> last successful record. With `repair`, rewrite the file without failed
+    records, duplicates and a half-written last line, so a resumed file has one line per example."""
+    if not path.exists():
+        return {}
+    good: dict[str, dict] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash: that example is decoded again
+        if not rec.get("error"):
+            good[rec["example_id"]] = rec
+    if repair:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in good.values()), encoding="utf-8")
+        os.replace(tmp, path)
+    return good
+
+
+def write_summary(out: Path, records: list[dict], manifest: dict) -> dict:
+    from harness.metrics import summarize
+
+    failed = [r for r in _all_lines(out / "records.jsonl") if r.get("error")]
+    summary = summarize(records + failed, manifest)
+    _write_json(out / "summary.json", summary)
+    return summary
+
+
+def _all_lines(path: Path) -> list[dict]:
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return rows
+
+
+def _summary_text(s: dict) -> str:
+    keys = (
+        "n",
+        "n_failed",
+        "quality",
+        "quality_ci_low",
+        "quality_ci_high",
+        "large_token_share",
+        "large_call_share",
+        "tok_per_s",
+    )
+    return "  ".join(
+        f"{k}={s[k]:.4g}" if isinstance(s.get(k), float) else f"{k}={s.get(k)}"
+        for k in keys
+        if k in s
+    )
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    """Atomic: a crash leaves the old file or the new one, never half of one."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def environment() -> dict:
+    """Package versions, git commit and machine facts for the manifest."""
+    from importlib import metadata
+
+    versions = {}
+    for pkg in ("hybridbench", "torch", "transformers", "tokenizers", "numpy"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    versions["python"] = platform.python_version()
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    machine = {
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+    }
+    return {
+        "versions": versions,
+        "git_commit": commit,
+        "machine": machine,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }

@@ -1,0 +1,203 @@
+"""The command line end to end on tiny models saved to disk: generate, run, resume, user errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from tests.tiny import save_tiny_pair, tiny_tokenizer
+
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "PYTHONPATH": str(Path(__file__).parents[1]),
+}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return save_tiny_pair(tmp_path_factory.mktemp("tiny"))
+
+
+def models(pair):
+    return ["--small", pair[0], "--large", pair[1], "--dtype", "float32", "--threads", "1"]
+
+
+def cli(*argv, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=timeout,
+    )
+
+
+def test_generate_marks_large_tokens_and_prints_ratios(pair, capsys):
+    rc = main(
+        [
+            "generate",
+            "--router",
+            "oracle",
+            "--prompt",
+            "hi",
+            "--max-new-tokens",
+            "12",
+            *models(pair),
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert "[[" in out  # large's tokens are marked when stdout is not a terminal
+    assert "large_token_share=" in err and "large_call_share=1.000" in err and "tok/s" in err
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--router", "nope"], "unknown router 'nope'; valid routers:"),
+        (["--router", "random", "--router-arg", "q=1"], "router 'random' has no argument q"),
+        (["--router", "random", "--router-arg", "p=2"], "p must be in [0, 1]"),
+        (["--router", "small", "--max-new-tokens", "-1"], "--max-new-tokens must be >= 0"),
+        (["--router", "small", "--small", "/no/such/model"], "model path not found"),
+    ],
+)
+def test_user_errors_are_one_line(pair, argv, message):
+    r = cli("generate", "--prompt", "hi", *models(pair), *argv)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
+
+
+def test_tokenizer_mismatch_is_refused(pair, tmp_path):
+    other = tmp_path / "other"
+    tok = tiny_tokenizer()
+    tok.add_tokens(["<extra>"])
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(pair[1]).save_pretrained(other)
+    tok.save_pretrained(other)
+    r = cli(
+        "generate",
+        "--prompt",
+        "hi",
+        "--router",
+        "large",
+        *models(pair)[:2],
+        "--large",
+        str(other),
+        "--dtype",
+        "float32",
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "tokenizers differ" in r.stderr
+
+
+def test_unknown_task_is_one_line(pair, tmp_path):
+    r = cli(
+        "run", "--task", "nope", "--router", "small", "--out", str(tmp_path / "r"), *models(pair)
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "unknown task" in r.stderr
+
+
+def run_args(pair, out, limit=6):
+    return [
+        "run",
+        "--task",
+        "gsm8k",
+        "--router",
+        "random",
+        "--router-arg",
+        "p=0.5",
+        "--split",
+        "test",
+        "--limit",
+        str(limit),
+        "--max-new-tokens",
+        "48",
+        "--out",
+        str(out),
+        *models(pair),
+    ]
+
+
+DETERMINISTIC = (
+    "n",
+    "n_failed",
+    "quality",
+    "quality_ci_low",
+    "quality_ci_high",
+    "large_token_share",
+    "large_call_share",
+    "tokens_per_example",
+    "steps_per_example",
+    "bytes_total",
+)
+
+
+def test_run_writes_records_manifest_summary_and_resumes(pair, tmp_path):
+    out = tmp_path / "run"
+    assert main(run_args(pair, out, limit=3)) == 0
+    lines = (out / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    rec = json.loads(lines[0])
+    assert set(rec) >= {"example_id", "completion", "scores", "generation", "seconds", "error"}
+    assert len(rec["generation"]["provenance"]) == len(rec["generation"]["token_ids"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["models"]["large"]["kv_bytes_per_token"] > 0 and manifest["router_args"] == {
+        "p": 0.5
+    }
+    assert main(run_args(pair, out, limit=5)) == 0  # resume: only 2 new examples decoded
+    ids = [json.loads(x)["example_id"] for x in (out / "records.jsonl").read_text().splitlines()]
+    assert len(ids) == 5 == len(set(ids)) and ids[:3] == [
+        json.loads(x)["example_id"] for x in lines
+    ]
+
+
+def test_resume_refuses_a_different_run(pair, tmp_path):
+    out = tmp_path / "run"
+    assert main(run_args(pair, out, limit=1)) == 0
+    args = run_args(pair, out, limit=1)
+    args[args.index("p=0.5")] = "p=0.2"
+    r = cli(*args)
+    assert r.returncode == 2 and "holds a different run (router_args differ)" in r.stderr
+
+
+def test_sigkill_mid_run_then_resume_equals_uninterrupted(pair, tmp_path):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    assert main(run_args(pair, full, limit=8)) == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", *run_args(pair, killed, limit=8)],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    records = killed / "records.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if records.exists() and len(records.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    n_before = len(records.read_text().splitlines())
+    assert 2 <= n_before < 8, "the kill should land mid-run"
+    assert cli(*run_args(pair, killed, limit=8)).returncode == 0
+    ids = [json.loads(x)["example_id"] for x in records.read_text().splitlines()]
+    full_ids = [
+        json.loads(x)["example_id"] for x in (full / "records.jsonl").read_text().splitlines()
+    ]
+    assert sorted(ids) == sorted(full_ids) and len(ids) == len(set(ids))
+    a = json.loads((full / "summary.json").read_text())
+    b = json.loads((killed / "summary.json").read_text())
+    assert {k: a[k] for k in DETERMINISTIC} == {k: b[k] for k in DETERMINISTIC}
