@@ -34,7 +34,7 @@ def run_generate(args) -> int:
 def marked(tokenizer, ids, provenance, colour: bool) -> str:
     """The answer with large's runs of tokens coloured (terminal) or in [[...]] (pipes, files)."""
     out, run, cur = [], [], None
-    for tok, who in [*zip(ids, provenance), (None, None)]:
+    for tok, who in [*zip(ids, provenance, strict=True), (None, None)]:
         if who != cur and run:
             text = tokenizer.decode(run, skip_special_tokens=True)
             if cur == 1:
