@@ -19,6 +19,7 @@ import torch
 
 from harness.backend import Backend
 from harness.records import ForwardRecord, Generation, StepRecord
+from harness.sampling import sample
 from routers.base import Decision, QueryView, Router, StepView
 from routers.baselines import LargeOnly, SmallOnly
 
@@ -46,19 +47,6 @@ class _Run:
     provenance: list[int] = field(default_factory=list)
     forwards: list[ForwardRecord] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)
-
-
-def sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> int:
-    """Greedy argmax at temperature 0; else a draw from softmax(logits / T) cut to top-p mass."""
-    if temperature <= 0:
-        return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_p, idx = torch.sort(probs, descending=True)
-        outside = torch.cumsum(sorted_p, -1) - sorted_p >= top_p  # keep the token crossing top_p
-        sorted_p[outside] = 0.0
-        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
-    return int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
 
 
 def catch_up(
