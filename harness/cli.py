@@ -30,6 +30,11 @@ COMMANDS = {
         "bench_decode",
         "tok/s of small, large and random routing vs the cost model",
     ),
+    "reward-data": ("harness.reward_data", "reward_data", "reward-model preference pairs"),
+    "train-reward": ("harness.train_reward", "train_reward", "train the reward model"),
+    "calibrate-reward": ("harness.train_reward", "calibrate_reward", "reward-score thresholds"),
+    "lm-eval": ("harness.lmeval", "lm_eval", "lm-evaluation-harness with model `hybrid` (any router)"),
+    "compare": ("harness.compare", "compare", "flag quality or speed regressions between two runs"),
 }
 
 
@@ -82,36 +87,43 @@ def decode_config(args, **extra):
     return DecodeConfig(**kw)
 
 
-def load_engine(args):
-    """Set threads, then load the pair named in args."""
+def load_engine(args, router=None):
+    """Set threads, then load the pair named in args, plus the models `router` brings."""
     import torch
 
     from harness.engine import Engine
 
     torch.set_num_threads(max(1, args.threads or 1))
-    return Engine.load(
+    engine = Engine.load(
         args.small,
         args.large,
         dtype=args.dtype,
         small_device=args.small_device,
         large_device=args.large_device,
     )
+    for role, backend in (router.backends(engine) if router else {}).items():
+        engine.add(role, backend)  # models a router brings, e.g. the reward router's
+    return engine
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """Every command is listed; only the one named in argv imports its module (fast start-up)."""
     parser = argparse.ArgumentParser(prog="hybridbench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("routers", help="list the registered routers")
     sub.add_parser("tasks", help="list the registered tasks")
+    chosen = next((a for a in argv if a in COMMANDS), None)
     for name, (module, prefix, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
-        getattr(importlib.import_module(module), f"configure_{prefix}")(p)
-        p.set_defaults(_run=(module, prefix))
+        if name == chosen:
+            getattr(importlib.import_module(module), f"configure_{prefix}")(p)
+            p.set_defaults(_run=(module, prefix))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         if args.command == "routers":
             from routers import ROUTERS

@@ -24,7 +24,7 @@ def run_generate(args) -> int:
     cfg = cli.decode_config(args)
     if not args.prompt.strip():
         raise UserError("--prompt is empty")
-    engine = cli.load_engine(args)
+    engine = cli.load_engine(args, router)
     gen = engine.generate(router, engine.encode(args.prompt), cfg)
     print(marked(engine.tokenizer, gen.token_ids, gen.provenance, sys.stdout.isatty()))
     print(summary_line(gen), file=sys.stderr)

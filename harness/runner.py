@@ -90,7 +90,7 @@ def run_run(args) -> int:
     done = load_records(out / "records.jsonl", repair=True)
     todo = [ex for ex in examples if ex.id not in done]
     if todo:
-        engine = cli.load_engine(args)
+        engine = cli.load_engine(args, router)
         manifest["models"] = engine.model_infos()
         _write_json(out / "manifest.json", manifest)
         decode_examples(engine, router, task, todo, cfg, out / "records.jsonl", args.split, done)

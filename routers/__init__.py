@@ -14,6 +14,8 @@ ROUTERS = {
     "entropy": "routers.baselines:EntropyRouter",
     "confidence": "routers.baselines:ConfidenceRouter",
     "oracle": "routers.baselines:OracleRouter",
+    "reward": "routers.reward:RewardRouter",
+    "speculative": "routers.speculative:Speculative",
 }
 
 

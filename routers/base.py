@@ -95,6 +95,11 @@ class Router:
         """Arguments that identify this router's setting in result files."""
         return {}
 
+    def backends(self, engine) -> dict:
+        """Models this router brings (role -> Backend), e.g. the reward model; the CLI attaches them
+        to the engine before decoding. Routers never call them: the core does."""
+        return {}
+
     def used_example_ids(self) -> frozenset[str]:
         """Ids of task examples this router was trained or calibrated on; never evaluated on."""
         return frozenset()

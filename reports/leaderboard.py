@@ -1,0 +1,257 @@
+"""The leaderboard: tables of runs and routers per task, written as Markdown, static HTML and PNGs.
+
+    >>> write_report("runs/sweep1", "runs/sweep1/report")   # -> .../leaderboard.html
+    python -m reports runs/sweep1 runs/sweep1/report
+
+Output is a function of the results folder only: rows are sorted, numbers formatted at fixed
+precision, PNGs carry no date or software stamp, and the only times shown are the `started`
+fields read from manifests, so re-running on the same folder gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from harness.errors import UserError
+from harness.frontier import aiq, apgr, cpt
+from reports.load import REFERENCES, load_runs
+from reports.plots import PLOTS, reference
+
+GB = 1e9
+
+DEFINITIONS = (
+    "quality: mean of the task's primary metric over non-failed examples; "
+    "[95% CI] is a seeded percentile bootstrap of that mean.",
+    "large token share: tokens emitted by the large model / all emitted tokens (token-weighted).",
+    "large call share: decode steps in which the large model ran a forward pass / all decode steps.",
+    "APGR (RouteLLM): area under PGR = (q - q_small) / (q_large - q_small) over large share "
+    "in [0, 1], the curve anchored at (0, small only) and (1, large only); 0.5 = random mixing.",
+    "CPT(x%) (RouteLLM): least large-token share at which the interpolated curve reaches PGR x%.",
+    "AIQ (RouterBench): mean quality under the non-decreasing convex hull over large-token "
+    "share in [0, 1], with the small-only and large-only points added.",
+    "GB moved/example: bytes moved per example, per forward pass the model's weights plus the KV cache "
+    "it reads; example-mean. tok/s: emitted tokens / decode seconds, measured.",
+)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as text cells, rendered to both Markdown and HTML."""
+
+    title: str  # section heading
+    header: tuple[str, ...]  # column names
+    rows: tuple[tuple[str, ...], ...]  # formatted cells, one tuple per row
+
+
+def _num(x, digits: int = 3) -> str:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "—"
+    return "—" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def _pct(x) -> str:
+    return "—" if x is None or math.isnan(float(x)) else f"{100 * float(x):.1f}%"
+
+
+def slug(task: str) -> str:
+    """A file-name-safe form of a task name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", task) or "task"
+
+
+def router_metrics(df: pd.DataFrame) -> pd.DataFrame:
+    """Per non-reference router of one task: APGR on both share axes, CPT(50/80%) and AIQ.
+
+    The references are the mean qualities of the task's `small` and `large` runs; every metric is
+    NaN when either is missing (see `harness.frontier` for the definitions).
+    """
+    q_small, q_large = reference(df, "small", "quality"), reference(df, "large", "quality")
+    rows = []
+    for router, g in df[~df["router"].isin(REFERENCES)].groupby("router"):
+        tok, call, q = g["large_token_share"], g["large_call_share"], g["quality"]
+        refs_ok = not (math.isnan(q_small) or math.isnan(q_large))
+        rows.append(
+            {
+                "router": router,
+                "settings": len(g),
+                "apgr_token": apgr(tok, q, q_small, q_large),
+                "apgr_call": apgr(call, q, q_small, q_large),
+                "cpt50": cpt(tok, q, q_small, q_large, 0.5),
+                "cpt80": cpt(tok, q, q_small, q_large, 0.8),
+                "aiq": aiq([*tok, 0.0, 1.0], [*q, q_small, q_large], (0.0, 1.0))
+                if refs_ok
+                else math.nan,
+            }
+        )
+    out = pd.DataFrame(
+        rows, columns=["router", "settings", "apgr_token", "apgr_call", "cpt50", "cpt80", "aiq"]
+    )
+    key = out["apgr_token"].fillna(-math.inf)
+    return (
+        out.assign(_k=-key).sort_values(["_k", "router"]).drop(columns="_k").reset_index(drop=True)
+    )
+
+
+def _ordered_runs(df: pd.DataFrame, routers: pd.DataFrame) -> pd.DataFrame:
+    rank = {r: i for i, r in enumerate(("large", "small", *routers["router"]))}
+    df = df.assign(_rank=df["router"].map(lambda r: rank.get(r, len(rank))))
+    df = df.sort_values(["_rank", "router", "setting_value", "setting", "run"], na_position="last")
+    return df.drop(columns="_rank")
+
+
+def runs_table(df: pd.DataFrame, routers: pd.DataFrame) -> Table:
+    """The leaderboard proper: one row per run, references first, then routers by APGR."""
+    apgr_of = dict(
+        zip(
+            routers["router"],
+            zip(routers["apgr_token"], routers["apgr_call"], strict=True),
+            strict=True,
+        )
+    )
+    rows = []
+    for _, r in _ordered_runs(df, routers).iterrows():
+        a_tok, a_call = apgr_of.get(r["router"], (math.nan, math.nan))
+        rows.append(
+            (
+                r["router"],
+                r["setting"] or "—",
+                f"{int(r['n'])}" + (f" ({int(r['n_failed'])} failed)" if r["n_failed"] else ""),
+                f"{_num(r['quality'])} [{_num(r['quality_ci_low'])}, {_num(r['quality_ci_high'])}]",
+                _num(r["large_token_share"]),
+                _num(r["large_call_share"]),
+                _num(a_tok),
+                _num(a_call),
+                _num(r.get("bytes_total", math.nan) / GB, 2),
+                _num(r.get("bytes_large", math.nan) / GB, 2),
+                _num(r["tok_per_s"], 2),
+            )
+        )
+    header = (
+        "router",
+        "setting",
+        "n",
+        "quality [95% CI]",
+        "large token share",
+        "large call share",
+        "APGR (token)",
+        "APGR (call)",
+        "GB moved/example",
+        "of which large",
+        "tok/s",
+    )
+    return Table("Runs", header, tuple(rows))
+
+
+def routers_table(routers: pd.DataFrame) -> Table:
+    """One row per router: its curve's APGR on both axes, CPT(50%), CPT(80%) and AIQ."""
+    rows = tuple(
+        (
+            r["router"],
+            str(r["settings"]),
+            _num(r["apgr_token"]),
+            _num(r["apgr_call"]),
+            _pct(r["cpt50"]),
+            _pct(r["cpt80"]),
+            _num(r["aiq"]),
+        )
+        for _, r in routers.iterrows()
+    )
+    header = ("router", "settings", "APGR (token)", "APGR (call)", "CPT(50%)", "CPT(80%)", "AIQ")
+    return Table("Routers", header, rows)
+
+
+def provenance_table(df: pd.DataFrame) -> Table:
+    """Where each run came from: commit, start time and models, as the manifests say."""
+    rows = tuple(
+        (
+            r["run"],
+            r["router"],
+            r["setting"] or "—",
+            str(r["git_commit"])[:12],
+            str(r["started"]),
+            str(r["model_small"]),
+            str(r["model_large"]),
+        )
+        for _, r in df.sort_values("run").iterrows()
+    )
+    header = ("run", "router", "setting", "commit", "started", "small model", "large model")
+    return Table("Provenance", header, rows)
+
+
+def _md_table(t: Table) -> str:
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(t.header) + " |", "|" + "---|" * len(t.header)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in t.rows]
+    return "\n".join(lines)
+
+
+def _html_table(t: Table) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.header)
+    body = "\n".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in t.rows
+    )
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+
+
+CSS = (
+    "body{font-family:sans-serif;margin:2em;max-width:1300px}"
+    "table{border-collapse:collapse;margin:1em 0;font-size:14px}"
+    "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}"
+    "th{background:#f0f0f0}tr:nth-child(even){background:#fafafa}"
+    "img{max-width:100%;display:block;margin:1em 0}"
+)
+
+
+def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write leaderboard.md, leaderboard.html (plots embedded) and the PNGs; return the HTML path."""
+    df = load_runs(results_dir)
+    if not len(df):
+        raise UserError(f"no runs (folders with manifest.json) under {str(results_dir)!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    title = f"hybridbench leaderboard: {Path(results_dir).resolve().name}"
+    md, body = [f"# {title}", ""], [f"<h1>{html.escape(title)}</h1>"]
+    for task, g in df.groupby("task", sort=True):
+        routers = router_metrics(g)
+        heading = f"Task {task} (metric {g['metric'].iloc[0]}, split {g['split'].iloc[0]})"
+        md += [f"## {heading}", ""]
+        body.append(f"<h2>{html.escape(heading)}</h2>")
+        for t in (runs_table(g, routers), routers_table(routers), provenance_table(g)):
+            md += [f"### {t.title}", "", _md_table(t), ""]
+            body += [f"<h3>{html.escape(t.title)}</h3>", _html_table(t)]
+        md += ["### Plots", ""]
+        body.append("<h3>Plots</h3>")
+        for name, plot in PLOTS.items():
+            png = plot(g)
+            file = f"{name}_{slug(str(task))}.png"
+            (out / file).write_bytes(png)
+            md += [f"![{name}]({file})", ""]
+            data = base64.b64encode(png).decode("ascii")
+            body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+    md += ["## Definitions", "", *[f"- {d}" for d in DEFINITIONS], ""]
+    body += [
+        "<h2>Definitions</h2>",
+        "<ul>",
+        *[f"<li>{html.escape(d)}</li>" for d in DEFINITIONS],
+        "</ul>",
+    ]
+    (out / "leaderboard.md").write_text("\n".join(md), encoding="utf-8", newline="\n")
+    page = (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body>\n</html>\n"
+    )
+    html_path = out / "leaderboard.html"
+    html_path.write_text(page, encoding="utf-8", newline="\n")
+    return html_path

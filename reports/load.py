@@ -1,0 +1,124 @@
+"""Read a results folder into one table: one row per run, from its summary and manifest.
+
+A run directory holds `manifest.json`, `records.jsonl` and (usually) `summary.json`; a results
+folder holds run directories one level down (or is itself one run directory). Nothing here
+imports a model: the summary is recomputed from records with `harness.metrics` when missing.
+
+    >>> df = load_runs("runs/sweep1")
+    >>> df[["router", "setting", "quality", "large_token_share"]]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from harness.errors import UserError
+from harness.metrics import summarize
+
+# Router arguments that are a router's main knob, in the order they are looked for.
+KNOBS = ("threshold", "rate", "p", "draft_len", "k", "tau", "quantile")
+REFERENCES = ("small", "large")  # routers whose runs are the quality references
+COLUMNS = ("run", "task", "router", "setting", "setting_value", "router_args", "metric", "split")
+
+
+def run_dirs(results_dir: str | Path) -> list[Path]:
+    """Run directories: `results_dir` itself if it holds manifest.json, else its subfolders that do."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise UserError(f"results folder {str(root)!r} does not exist")
+    if (root / "manifest.json").is_file():
+        return [root]
+    return sorted(p for p in root.iterdir() if (p / "manifest.json").is_file())
+
+
+def read_records(run_dir: str | Path) -> list[dict]:
+    """The records of `records.jsonl` (blank lines skipped); [] when the file is missing."""
+    path = Path(run_dir) / "records.jsonl"
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _fmt_arg(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str | int | bool) or value is None:
+        return str(value)
+    return json.dumps(value, sort_keys=True)
+
+
+def setting_label(router_args: dict) -> str:
+    """A router setting as text: `k=v` pairs sorted by key, e.g. `threshold=2`; '' for none."""
+    return ", ".join(f"{k}={_fmt_arg(v)}" for k, v in sorted(router_args.items()))
+
+
+def _numeric(router_args: dict) -> dict[str, float]:
+    return {
+        k: float(v)
+        for k, v in sorted(router_args.items())
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def main_knob(router_args: dict) -> str:
+    """The router argument that is the setting's main knob: the only numeric one, else the
+    first of KNOBS present; '' when there is none."""
+    numeric = _numeric(router_args)
+    if len(numeric) == 1:
+        return next(iter(numeric))
+    return next((k for k in KNOBS if k in numeric), "")
+
+
+def setting_value(router_args: dict) -> float:
+    """The value of `main_knob` as a float; NaN when there is no knob."""
+    knob = main_knob(router_args)
+    return _numeric(router_args)[knob] if knob else math.nan
+
+
+def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict:
+    """One row: manifest fields, setting, and the summary (recomputed from records if missing)."""
+    run_dir = Path(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    summary_path = run_dir / "summary.json"
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    else:
+        summary = summarize(read_records(run_dir), manifest)
+    args = manifest.get("router_args") or {}
+    models = manifest.get("models") or {}
+    name = run_dir.name if root is None or Path(root) == run_dir else str(run_dir.relative_to(root))
+    row = {**summary}
+    row.update(
+        run=name,
+        task=manifest.get("task", summary.get("task", "")),
+        router=manifest.get("router", summary.get("router", "")),
+        setting=setting_label(args),
+        setting_value=setting_value(args),
+        router_args=json.dumps(args, sort_keys=True),
+        metric=manifest.get("metric", summary.get("metric", "")),
+        split=manifest.get("split", summary.get("split", "")),
+        seed=manifest.get("seed"),
+        git_commit=manifest.get("git_commit", ""),
+        started=manifest.get("started", ""),
+        model_small=(models.get("small") or {}).get("source", ""),
+        model_large=(models.get("large") or {}).get("source", ""),
+    )
+    return row
+
+
+def load_runs(results_dir: str | Path) -> pd.DataFrame:
+    """One row per run under `results_dir`, sorted by task, router, setting value, setting, run."""
+    root = Path(results_dir)
+    rows = [load_run(d, root) for d in run_dirs(root)]
+    if not rows:
+        return pd.DataFrame(columns=list(COLUMNS))
+    df = pd.DataFrame(rows)
+    first = [c for c in COLUMNS if c in df.columns]
+    df = df[first + sorted(c for c in df.columns if c not in first)]
+    df = df.sort_values(["task", "router", "setting_value", "setting", "run"], na_position="last")
+    return df.reset_index(drop=True)

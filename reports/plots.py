@@ -1,0 +1,174 @@
+"""The report's plots, each a pure function from one task's runs (a `load_runs` frame) to PNG bytes.
+
+Figures are drawn on matplotlib's object API (no pyplot state, no backend switch) with seaborn's
+style and palette, and saved without a Software/date stamp so that the same runs give the same
+bytes. matplotlib and seaborn are imported when a plot is drawn, not when this module is.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import pandas as pd
+
+from reports.load import REFERENCES, main_knob
+
+GB = 1e9
+BYTE_MODELS = ("small", "reward", "router", "large")
+
+
+def _figure(width: float, height: float, ncols: int = 1):
+    import seaborn as sns
+    from matplotlib.figure import Figure
+
+    with sns.axes_style("whitegrid"):
+        fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+        axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _colors(routers: list[str]) -> dict[str, tuple]:
+    import seaborn as sns
+
+    palette = sns.color_palette("colorblind", max(len(routers), 1))
+    return {r: palette[i % len(palette)] for i, r in enumerate(sorted(routers))}
+
+
+def _empty(fig, ax, message: str) -> bytes:
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+    return _png(fig)
+
+
+def reference(df: pd.DataFrame, router: str, column: str) -> float:
+    """Mean of `column` over the runs of a reference router (`small` or `large`); NaN if none."""
+    values = df.loc[df["router"] == router, column].astype(float)
+    return float(values.mean()) if len(values) else math.nan
+
+
+def _routed(df: pd.DataFrame) -> pd.DataFrame:
+    return df[~df["router"].isin(REFERENCES)]
+
+
+def _knobbed(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Non-reference routers with a numeric setting, each with its runs sorted by that setting."""
+    routed = _routed(df)
+    routed = routed[routed["setting_value"].astype(float).notna()]
+    return [(r, g.sort_values(["setting_value", "run"])) for r, g in routed.groupby("router")]
+
+
+def _reference_lines(ax, df: pd.DataFrame, column: str) -> None:
+    for router, color in (("small", "grey"), ("large", "black")):
+        y = reference(df, router, column)
+        if not math.isnan(y):
+            ax.axhline(y, color=color, linestyle="--", linewidth=1, label=f"{router} only")
+
+
+def quality_vs_share(df: pd.DataFrame) -> bytes:
+    """Quality vs large-token share and vs large-call share, a line per router with its 95% CI
+    band, and the small-only and large-only qualities as dashed horizontal lines."""
+    fig, axes = _figure(12, 4.8, ncols=2)
+    routed = _routed(df)
+    colors = _colors(sorted(routed["router"].unique()))
+    for ax, share in zip(axes, ("large_token_share", "large_call_share"), strict=True):
+        for router, g in routed.groupby("router"):
+            g = g.sort_values([share, "run"])
+            x = g[share].astype(float)
+            q, lo, hi = g["quality"], g["quality_ci_low"], g["quality_ci_high"]
+            ax.plot(x, q, marker="o", color=colors[router], label=router)
+            # Error bars too, so a router with one setting still shows its interval.
+            ax.errorbar(x, q, yerr=[q - lo, hi - q], fmt="none", ecolor=colors[router], capsize=3)
+            ax.fill_between(x, lo, hi, color=colors[router], alpha=0.15)
+        _reference_lines(ax, df, "quality")
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_xlabel(share.replace("_", " "))
+        ax.set_ylabel(f"quality ({df['metric'].iloc[0]})" if len(df) else "quality")
+    axes[0].set_title("quality vs large-token share")
+    axes[1].set_title("quality vs large-call share")
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        axes[1].legend(handles, labels, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return _png(fig)
+
+
+def _per_router(df: pd.DataFrame, draw, ylabel: str) -> bytes:
+    knobbed = _knobbed(df)
+    fig, axes = _figure(max(4.0 * len(knobbed), 6.0), 3.6, ncols=max(len(knobbed), 1))
+    if not knobbed:
+        return _empty(fig, axes[0], "no router with a numeric setting")
+    colors = _colors([r for r, _ in knobbed])
+    for ax, (router, g) in zip(axes, knobbed, strict=True):
+        draw(ax, g, colors[router])
+        ax.set_title(router)
+        ax.set_xlabel(main_knob(json.loads(g["router_args"].iloc[0])))
+        ax.set_ylabel(ylabel)
+        ax.legend(loc="best", fontsize="small")
+    return _png(fig)
+
+
+def share_vs_setting(df: pd.DataFrame) -> bytes:
+    """Large-token share (solid) and large-call share (dashed) against each router's setting."""
+
+    def draw(ax, g, color):
+        x = g["setting_value"].astype(float)
+        ax.plot(x, g["large_token_share"], marker="o", color=color, label="token share")
+        ax.plot(
+            x, g["large_call_share"], marker="s", linestyle="--", color=color, label="call share"
+        )
+        ax.set_ylim(-0.02, 1.02)
+
+    return _per_router(df, draw, "large share")
+
+
+def throughput_vs_setting(df: pd.DataFrame) -> bytes:
+    """Measured throughput (tok/s) against each router's setting, with small/large-only lines."""
+
+    def draw(ax, g, color):
+        ax.plot(
+            g["setting_value"].astype(float), g["tok_per_s"], marker="o", color=color, label="tok/s"
+        )
+        _reference_lines(ax, df, "tok_per_s")
+
+    return _per_router(df, draw, "tokens / s (decode)")
+
+
+def bytes_per_model(df: pd.DataFrame) -> bytes:
+    """Bytes moved per example (GB), one stacked bar per run, split by model."""
+    fig, axes = _figure(10, max(2.5, 0.42 * len(df) + 1.2))
+    ax = axes[0]
+    if not len(df):
+        return _empty(fig, ax, "no runs")
+    labels = [f"{r} {s}".strip() for r, s in zip(df["router"], df["setting"], strict=True)]
+    left = [0.0] * len(df)
+    colors = _colors(list(BYTE_MODELS))
+    for model in BYTE_MODELS:
+        column = f"bytes_{model}"
+        values = [
+            0.0 if math.isnan(v) else v / GB
+            for v in df.get(column, pd.Series([0.0] * len(df))).astype(float)
+        ]
+        if any(values):
+            ax.barh(range(len(df)), values, left=left, color=colors[model], label=model)
+            left = [a + b for a, b in zip(left, values, strict=True)]
+    ax.set_yticks(range(len(df)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("GB moved per example (weights + KV read)")
+    ax.legend(loc="lower right", fontsize="small")
+    return _png(fig)
+
+
+# name -> plot; the report writes `<name>_<task>.png` for each.
+PLOTS = {
+    "quality_vs_share": quality_vs_share,
+    "share_vs_setting": share_vs_setting,
+    "throughput_vs_setting": throughput_vs_setting,
+    "bytes_per_model": bytes_per_model,
+}

