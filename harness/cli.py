@@ -30,11 +30,14 @@ COMMANDS = {
         "bench_decode",
         "tok/s of small, large and random routing vs the cost model",
     ),
+    "demo": ("harness.commands", "demo", "the README's main job: a few routers on a few test examples"),
     "reward-data": ("harness.reward_data", "reward_data", "reward-model preference pairs"),
     "train-reward": ("harness.train_reward", "train_reward", "train the reward model"),
     "calibrate-reward": ("harness.train_reward", "calibrate_reward", "reward-score thresholds"),
     "lm-eval": ("harness.lmeval", "lm_eval", "lm-evaluation-harness with model `hybrid` (any router)"),
     "compare": ("harness.compare", "compare", "flag quality or speed regressions between two runs"),
+    "sweep": ("harness.sweep", "sweep", "run routers at each of their settings, one run each"),
+    "report": ("harness.report_cmd", "report", "write the leaderboard of a results folder"),
 }
 
 

@@ -58,3 +58,73 @@ def summary_line(gen) -> str:
         f"{who}{n} tokens, large_token_share={tok_share:.3f}, large_call_share={call_share:.3f}, "
         f"{tps:.2f} tok/s ({gen.seconds:.2f} s, first token {gen.ttft:.2f} s, stop: {gen.stop_reason})"
     )
+
+
+def configure_demo(p) -> None:
+    p.add_argument("--task", default="gsm8k")
+    p.add_argument("--routers", default="small,large,oracle", help="comma-separated router names")
+    p.add_argument("--limit", type=int, default=5, help="test examples per router")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's")
+    p.add_argument("--out", default="runs/demo", help="results folder, one run per router")
+    cli.add_model_args(p)
+
+
+def run_demo(args) -> int:
+    """Run each router on the first `limit` test examples (resumable) and print one table."""
+    import json
+    from pathlib import Path
+
+    models = ["--dtype", args.dtype, "--threads", str(args.threads)]
+    for flag in ("small", "large"):
+        if getattr(args, flag):
+            models += [f"--{flag}", getattr(args, flag)]
+    if args.max_new_tokens is not None:
+        models += ["--max-new-tokens", str(args.max_new_tokens)]
+    rows = []
+    for name in [r.strip() for r in args.routers.split(",") if r.strip()]:
+        out = Path(args.out) / args.task / name
+        rc = cli.main(
+            [
+                "run",
+                "--task",
+                args.task,
+                "--router",
+                name,
+                "--limit",
+                str(args.limit),
+                "--out",
+                str(out),
+                *models,
+            ]
+        )
+        if rc == 2:
+            return rc
+        rows.append(json.loads((out / "summary.json").read_text()))
+    print(demo_table(rows))
+    return 0
+
+
+def demo_table(rows: list[dict]) -> str:
+    """Markdown table of run summaries: quality with its 95% interval, shares, speed."""
+    lines = [
+        "| router | n | quality [95% CI] | large-token share | large-call share | tok/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in rows:
+        f = {k: "n/a" if s.get(k) is None else f"{s[k]:.3f}" for k in _DEMO_KEYS}
+        lines.append(
+            f"| {s['router']} | {s['n']} | {f['quality']} [{f['quality_ci_low']}, "
+            f"{f['quality_ci_high']}] | {f['large_token_share']} | {f['large_call_share']} | "
+            f"{f['tok_per_s']} |"
+        )
+    return "\n".join(lines)
+
+
+_DEMO_KEYS = (
+    "quality",
+    "quality_ci_low",
+    "quality_ci_high",
+    "large_token_share",
+    "large_call_share",
+    "tok_per_s",
+)

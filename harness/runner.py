@@ -224,10 +224,21 @@ def _summary_text(s: dict) -> str:
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    """Atomic: a crash leaves the old file or the new one, never half of one."""
+    """Atomic: a crash leaves the old file or the new one, never half of one. NaN is written as
+    null so strict JSON readers accept the file."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.write_text(json.dumps(_nan_to_none(obj), indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, path)
+
+
+def _nan_to_none(obj):
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_nan_to_none(v) for v in obj]
+    return obj
 
 
 def environment() -> dict:

@@ -201,3 +201,25 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(pair, tmp_path):
     a = json.loads((full / "summary.json").read_text())
     b = json.loads((killed / "summary.json").read_text())
     assert {k: a[k] for k in DETERMINISTIC} == {k: b[k] for k in DETERMINISTIC}
+
+
+def test_demo_prints_one_row_per_router(pair, tmp_path, capsys):
+    argv = [
+        "demo",
+        "--routers",
+        "small,large,oracle",
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "16",
+        "--out",
+        str(tmp_path / "demo"),
+        *models(pair),
+    ]
+    assert main(argv) == 0
+    table = capsys.readouterr().out.split("| router |")[-1]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| ")]
+    assert [r.split("|")[1].strip() for r in rows] == ["small", "large", "oracle"]
+    assert "| 0.000 |" in rows[0] and "| 1.000 |" in rows[1]  # large-token share of small / large
+    summary = (tmp_path / "demo" / "gsm8k" / "small" / "summary.json").read_text()
+    assert "NaN" not in summary  # strict JSON: undefined values are null
