@@ -106,25 +106,17 @@ def run_demo(args) -> int:
 
 def demo_table(rows: list[dict]) -> str:
     """Markdown table of run summaries: quality with its 95% interval, shares, speed."""
+    from harness.runner import HEADLINE
+
     lines = [
         "| router | n | quality [95% CI] | large-token share | large-call share | tok/s |",
         "|---|---|---|---|---|---|",
     ]
     for s in rows:
-        f = {k: "n/a" if s.get(k) is None else f"{s[k]:.3f}" for k in _DEMO_KEYS}
+        f = {k: "n/a" if s.get(k) is None else f"{s[k]:.3f}" for k in HEADLINE}
         lines.append(
             f"| {s['router']} | {s['n']} | {f['quality']} [{f['quality_ci_low']}, "
             f"{f['quality_ci_high']}] | {f['large_token_share']} | {f['large_call_share']} | "
             f"{f['tok_per_s']} |"
         )
     return "\n".join(lines)
-
-
-_DEMO_KEYS = (
-    "quality",
-    "quality_ci_low",
-    "quality_ci_high",
-    "large_token_share",
-    "large_call_share",
-    "tok_per_s",
-)

@@ -169,16 +169,7 @@ def _progress(records, metric: str) -> str:
 def load_records(path: Path, repair: bool = False) -> dict[str, dict]:
     """example_id -> last successful record. With `repair`, rewrite the file without failed
     records, duplicates and a half-written last line, so a resumed file has one line per example."""
-    if not path.exists():
-        return {}
-    good: dict[str, dict] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash: that example is decoded again
-        if not rec.get("error"):
-            good[rec["example_id"]] = rec
+    good = {r["example_id"]: r for r in _all_lines(path) if not r.get("error")}
     if repair:
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in good.values()), encoding="utf-8")
@@ -196,6 +187,7 @@ def write_summary(out: Path, records: list[dict], manifest: dict) -> dict:
 
 
 def _all_lines(path: Path) -> list[dict]:
+    """Every parseable line; a line cut by a crash is skipped (its example is decoded again)."""
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
         try:
@@ -205,17 +197,19 @@ def _all_lines(path: Path) -> list[dict]:
     return rows
 
 
+# The fields a one-line or one-row summary of a run shows.
+HEADLINE = (
+    "quality",
+    "quality_ci_low",
+    "quality_ci_high",
+    "large_token_share",
+    "large_call_share",
+    "tok_per_s",
+)
+
+
 def _summary_text(s: dict) -> str:
-    keys = (
-        "n",
-        "n_failed",
-        "quality",
-        "quality_ci_low",
-        "quality_ci_high",
-        "large_token_share",
-        "large_call_share",
-        "tok_per_s",
-    )
+    keys = ("n", "n_failed", *HEADLINE)
     return "  ".join(
         f"{k}={s[k]:.4g}" if isinstance(s.get(k), float) else f"{k}={s.get(k)}"
         for k in keys
