@@ -45,6 +45,11 @@ class RandomRouter(TokenRouter):
     def defer_mask(self, view: StepView) -> torch.Tensor:
         return torch.rand(len(view.draft), generator=view.generator) < self.p
 
+    @classmethod
+    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+        """`hybridbench sweep`: one setting per target large-token share, p = the target."""
+        return [{"p": t} for t in targets]
+
     def describe(self) -> dict:
         return {"p": self.p}
 
@@ -59,12 +64,19 @@ class EntropyRouter(TokenRouter):
     """Defers when small's next-token entropy (nats) exceeds `threshold`: small is unsure."""
 
     name = "entropy"
+    # Sweep grid in nats, fixed (not calibrated to targets): 0.25 defers often, 4.0 rarely.
+    SWEEP_THRESHOLDS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
     def __init__(self, threshold: float = 1.0):
         self.threshold = threshold
 
     def defer_mask(self, view: StepView) -> torch.Tensor:
         return entropy(view.small_logits) > self.threshold
+
+    @classmethod
+    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+        """`hybridbench sweep`: the fixed grid SWEEP_THRESHOLDS, whatever the targets."""
+        return [{"threshold": t} for t in cls.SWEEP_THRESHOLDS]
 
     def describe(self) -> dict:
         return {"threshold": self.threshold}
@@ -74,12 +86,19 @@ class ConfidenceRouter(TokenRouter):
     """Defers when small's top-token probability is below `threshold`."""
 
     name = "confidence"
+    # Sweep grid of top-token probability, fixed (not calibrated): 0.3 defers rarely, 0.97 often.
+    SWEEP_THRESHOLDS = (0.3, 0.5, 0.7, 0.9, 0.97)
 
     def __init__(self, threshold: float = 0.5):
         self.threshold = threshold
 
     def defer_mask(self, view: StepView) -> torch.Tensor:
         return torch.softmax(view.small_logits.float(), -1).amax(-1) < self.threshold
+
+    @classmethod
+    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+        """`hybridbench sweep`: the fixed grid SWEEP_THRESHOLDS, whatever the targets."""
+        return [{"threshold": t} for t in cls.SWEEP_THRESHOLDS]
 
     def describe(self) -> dict:
         return {"threshold": self.threshold}
