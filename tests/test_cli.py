@@ -223,3 +223,25 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys):
     assert "| 0.000 |" in rows[0] and "| 1.000 |" in rows[1]  # large-token share of small / large
     summary = (tmp_path / "demo" / "gsm8k" / "small" / "summary.json").read_text()
     assert "NaN" not in summary  # strict JSON: undefined values are null
+
+
+def test_bench_decode_prints_measured_and_predicted(pair, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = [
+        "bench-decode",
+        "--prompts",
+        "1",
+        "--tokens",
+        "8",
+        "--rates",
+        "0.5",
+        "--out",
+        str(out),
+        *models(pair),
+    ]
+    assert main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["config"] for r in rows] == ["small-only", "large-only", "random p=0.5"]
+    assert rows[0]["large_token_share"] == 0 and rows[1]["large_token_share"] == 1
+    assert all(r["tok_s"] > 0 and 0 <= r["loop_overhead"] < 1 for r in rows)
+    assert "| random p=0.5 |" in capsys.readouterr().out
