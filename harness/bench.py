@@ -119,27 +119,36 @@ def _row(name, m, predicted, with_catch, large) -> dict:
         "predicted_with_catch_up": round(with_catch, 2),
         "measured_over_with_catch_up": round(m["tok_s"] / with_catch, 3),
         "loop_overhead": round(1 - in_forwards / m["decode_s"], 3),
+        # per-pass times inside this run: passes that interleave two models run slower than alone
+        "small_pass_ms": _ms(
+            [f.seconds for f in m["forwards"] if f.model == "small" and f.tokens_in == 1]
+        ),
+        "large_pass_ms": _ms([f.seconds for f in m["forwards"] if f.model == "large"]),
         "vs_large_only": round(m["tok_s"] / large["tok_s"], 3),
     }
+
+
+def _ms(seconds: list[float]) -> float:
+    return round(1000 * statistics.median(seconds), 1) if seconds else float("nan")
 
 
 def _table(rows, t_s, t_l, n_prompts, n_tokens) -> str:
     head = (
         "| config | large-token share | tok/s | predicted | measured/predicted | "
-        "predicted with catch-up | measured/that | loop overhead | vs large-only |"
+        "predicted with catch-up | measured/that | loop overhead | small pass ms | large pass ms | vs large-only |"
     )
     lines = [
         f"t_small = {t_s * 1000:.1f} ms, t_large = {t_l * 1000:.1f} ms per single-token forward; "
         f"{n_prompts} prompts x {n_tokens} tokens, greedy",
         "",
         head,
-        "|" + "---|" * 9,
+        "|" + "---|" * 11,
     ]
     for r in rows:
         lines.append(
             f"| {r['config']} | {r['large_token_share']:.3f} | {r['tok_s']:.2f} | "
             f"{r['predicted_tok_s']:.2f} | {r['measured_over_predicted']:.3f} | "
             f"{r['predicted_with_catch_up']:.2f} | {r['measured_over_with_catch_up']:.3f} | "
-            f"{r['loop_overhead']:.3f} | {r['vs_large_only']:.3f} |"
+            f"{r['loop_overhead']:.3f} | {r['small_pass_ms']} | {r['large_pass_ms']} | {r['vs_large_only']:.3f} |"
         )
     return "\n".join(lines)
