@@ -38,6 +38,8 @@ COMMANDS = {
     "compare": ("harness.compare", "compare", "flag quality or speed regressions between two runs"),
     "sweep": ("harness.sweep", "sweep", "run routers at each of their settings, one run each"),
     "report": ("harness.report_cmd", "report", "write the leaderboard of a results folder"),
+    "train-citer": ("harness.train_citer", "train_citer", "label tokens and train the CITER router"),
+    "train-query": ("harness.train_query", "train_query", "train and calibrate the query-level router"),
 }
 
 

@@ -16,6 +16,9 @@ ROUTERS = {
     "oracle": "routers.baselines:OracleRouter",
     "reward": "routers.reward:RewardRouter",
     "speculative": "routers.speculative:Speculative",
+    "citer": "routers.citer:Citer",
+    "query": "routers.query:QueryRouter",
+    "random_query": "routers.query:RandomQuery",
 }
 
 
