@@ -1,0 +1,1 @@
+"""pytest-benchmark suites (run on demand: `python -m pytest benchmarks -m benchmark`)."""

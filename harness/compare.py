@@ -1,0 +1,172 @@
+"""`hybridbench compare OLD NEW`: flag a quality or speed regression between two run folders.
+
+    hybridbench compare runs/main-oracle runs/pr-oracle --max-slowdown 1.25
+
+Both folders are `hybridbench run` outputs (manifest.json + records.jsonl); only files are read,
+no model is loaded. Exit status 1 when a regression is flagged, 0 when none, 2 on a user error.
+
+Rules (every number printed comes from `harness.metrics`):
+- quality: on the examples both runs scored (matched by example id), the paired differences
+  new - old of the primary metric are bootstrapped (`metrics.bootstrap_ci`, 95%, seeded); a drop
+  is flagged when the whole interval lies below `-tolerance` (default 0): a drop larger than
+  the noise of resampling examples. Without shared examples the unpaired rule applies: new
+  quality below the lower end of old's `metrics.quality_ci`.
+- speed: throughput `tok_per_s` (`metrics.latency`: emitted tokens / decode seconds); a slowdown
+  old / new above `--max-slowdown` (default 1.25) is flagged. Timings from different machines
+  are not comparable: the machine of each run is printed when they differ.
+- failures: more failed examples (records with an `error`) in new than in old is flagged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness import metrics
+from harness.errors import UserError
+
+
+@dataclass(frozen=True)
+class Run:
+    """What compare reads from one run folder."""
+
+    path: Path  # the run folder
+    manifest: dict  # manifest.json
+    records: list[dict]  # last non-failed record per example id, in file order
+    n_failed: int  # example ids whose last record failed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The comparison of two runs, and which regressions it flags."""
+
+    metric: str  # the primary quality metric both runs share
+    n_paired: int  # examples scored in both runs (0: the unpaired rule was used)
+    quality_old: float
+    quality_new: float
+    quality_old_ci: tuple[float, float]  # 95% bootstrap CI of old's quality
+    diff_ci: tuple[float, float]  # 95% bootstrap CI of mean(new - old) on paired examples
+    tok_per_s_old: float
+    tok_per_s_new: float
+    slowdown: float  # tok_per_s_old / tok_per_s_new (> 1: new is slower)
+    failed_old: int
+    failed_new: int
+    flags: tuple[str, ...]  # one line per regression; empty when none
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run folder; a missing or unreadable manifest/records file is a UserError."""
+    path = Path(path)
+    manifest_path, records_path = path / "manifest.json", path / "records.jsonl"
+    for p in (manifest_path, records_path):
+        if not p.is_file():
+            raise UserError(f"{path} is not a run folder: {p.name} not found")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise UserError(f"{manifest_path}: bad JSON ({e})") from None
+    last: dict[str, dict] = {}
+    for line in records_path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a crash, as the runner treats it
+        last[rec["example_id"]] = rec
+    ok = [r for r in last.values() if not r.get("error")]
+    return Run(path, manifest, ok, len(last) - len(ok))
+
+
+def compare(
+    old: Run, new: Run, max_slowdown: float = 1.25, tolerance: float = 0.0, n_boot: int = 1000
+) -> Verdict:
+    """Compare two runs (see the module docstring for the rules)."""
+    metric = old.manifest.get("metric")
+    for key in ("task", "split", "metric"):
+        if old.manifest.get(key) != new.manifest.get(key):
+            raise UserError(
+                f"runs differ in {key} ({old.manifest.get(key)!r} vs {new.manifest.get(key)!r}); "
+                "compare runs of the same task, split and metric"
+            )
+    q_old, q_new = metrics.quality(old.records, metric), metrics.quality(new.records, metric)
+    old_ci = metrics.quality_ci(old.records, metric, n_boot=n_boot)
+    new_by_id = {r["example_id"]: r for r in new.records}
+    pairs = [(r, new_by_id[r["example_id"]]) for r in old.records if r["example_id"] in new_by_id]
+    diffs = [metrics.example_score(n, metric) - metrics.example_score(o, metric) for o, n in pairs]
+    diff_ci = metrics.bootstrap_ci(diffs, n_boot=n_boot)
+    tps_old = metrics.latency(old.records)["tok_per_s"]
+    tps_new = metrics.latency(new.records)["tok_per_s"]
+    slowdown = tps_old / tps_new if tps_new > 0 else math.nan
+
+    flags = []
+    if pairs and diff_ci[1] < -tolerance:
+        flags.append(
+            f"quality: {metric} dropped {q_old:.4g} -> {q_new:.4g}; paired 95% CI of the change "
+            f"[{diff_ci[0]:.4g}, {diff_ci[1]:.4g}] lies below -{tolerance:g} ({len(pairs)} examples)"
+        )
+    elif not pairs and q_new < old_ci[0]:
+        flags.append(
+            f"quality: {metric} {q_new:.4g} is below old's 95% CI [{old_ci[0]:.4g}, {old_ci[1]:.4g}]"
+        )
+    if slowdown > max_slowdown:
+        flags.append(
+            f"speed: {tps_old:.4g} -> {tps_new:.4g} tok/s, {slowdown:.3g}x slower "
+            f"(allowed {max_slowdown:g}x)"
+        )
+    if new.n_failed > old.n_failed:
+        flags.append(f"failures: {old.n_failed} -> {new.n_failed} failed examples")
+    return Verdict(
+        metric, len(pairs), q_old, q_new, old_ci, diff_ci, tps_old, tps_new, slowdown,
+        old.n_failed, new.n_failed, tuple(flags),
+    )  # fmt: skip
+
+
+def report(old: Run, new: Run, v: Verdict) -> str:
+    """The human-readable comparison printed by the command."""
+    lines = [
+        f"old: {old.path}  router={old.manifest.get('router')} {old.manifest.get('router_args')}",
+        f"new: {new.path}  router={new.manifest.get('router')} {new.manifest.get('router_args')}",
+        f"{v.metric}: {v.quality_old:.4g} (95% CI {v.quality_old_ci[0]:.4g}..{v.quality_old_ci[1]:.4g}, "
+        f"n={len(old.records)}) -> {v.quality_new:.4g} (n={len(new.records)}); "
+        f"paired change 95% CI {v.diff_ci[0]:.4g}..{v.diff_ci[1]:.4g} on {v.n_paired} examples",
+        f"tok/s: {v.tok_per_s_old:.4g} -> {v.tok_per_s_new:.4g} (slowdown {v.slowdown:.3g}x)",
+        f"failed examples: {v.failed_old} -> {v.failed_new}",
+    ]
+    m_old, m_new = old.manifest.get("machine"), new.manifest.get("machine")
+    if m_old != m_new:
+        lines.append(f"note: different machines, speeds are not comparable: {m_old} vs {m_new}")
+    lines += [f"REGRESSION {f}" for f in v.flags] or ["no regression flagged"]
+    return "\n".join(lines)
+
+
+def configure_compare(p) -> None:
+    p.add_argument("old", help="baseline run folder")
+    p.add_argument("new", help="candidate run folder")
+    p.add_argument(
+        "--max-slowdown",
+        type=float,
+        default=1.25,
+        help="flag when old tok/s / new tok/s exceeds this (default 1.25)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.0,
+        help="ignore quality drops whose CI reaches above -TOLERANCE (default 0)",
+    )
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the verdict as JSON")
+
+
+def run_compare(args) -> int:
+    if args.max_slowdown <= 0:
+        raise UserError(f"--max-slowdown must be > 0, got {args.max_slowdown}")
+    if args.n_boot < 1:
+        raise UserError(f"--n-boot must be >= 1, got {args.n_boot}")
+    old, new = load_run(args.old), load_run(args.new)
+    v = compare(old, new, args.max_slowdown, args.tolerance, args.n_boot)
+    print(report(old, new, v))
+    if args.json:
+        Path(args.json).write_text(json.dumps(asdict(v), indent=2) + "\n", encoding="utf-8")
+    return 1 if v.flags else 0

@@ -1,0 +1,160 @@
+"""`hybridbench compare`: the flagging rules on synthetic runs, and a degraded router on tiny runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.compare import compare, load_run
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiny models gain nothing from threads, and a busy 2-core machine makes them crawl."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+MANIFEST = {"task": "t", "split": "test", "metric": "acc", "router": "r", "router_args": {}}
+
+
+def write_run(folder: Path, scores, seconds_per_token=0.01, failed=0, manifest=None) -> Path:
+    """A run folder with one record per score: 10 tokens each, timed `seconds_per_token`."""
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({**MANIFEST, **(manifest or {})}))
+    lines = []
+    for i, s in enumerate(scores):
+        gen = {
+            "provenance": [0] * 10,
+            "steps": {"seconds": [seconds_per_token] * 10, "large_called": [False] * 10},
+            "forwards": {},
+        }
+        rec = {"example_id": f"ex{i}", "scores": {"acc": s}, "generation": gen, "error": ""}
+        lines.append(json.dumps(rec))
+    for i in range(failed):
+        lines.append(json.dumps({"example_id": f"bad{i}", "scores": {}, "error": "boom"}))
+    (folder / "records.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+GOOD = [1.0] * 16 + [0.0] * 4
+
+
+def test_same_run_flags_nothing(tmp_path):
+    old = write_run(tmp_path / "old", GOOD)
+    new = write_run(tmp_path / "new", GOOD)
+    assert main(["compare", str(old), str(new)]) == 0
+
+
+def test_a_clear_quality_drop_is_flagged(tmp_path, capsys):
+    old = write_run(tmp_path / "old", GOOD)
+    new = write_run(tmp_path / "new", [0.0] * 8 + GOOD[8:])  # 8 of 16 correct answers lost
+    assert main(["compare", str(old), str(new), "--json", str(tmp_path / "v.json")]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION quality: acc dropped 0.8 -> 0.4" in out
+    v = json.loads((tmp_path / "v.json").read_text())
+    assert v["n_paired"] == 20 and v["diff_ci"][1] < 0
+
+
+def test_a_drop_inside_the_noise_is_not_flagged(tmp_path):
+    old = write_run(tmp_path / "old", GOOD)
+    new = write_run(tmp_path / "new", [0.0] + GOOD[1:16] + [1.0] + GOOD[17:])  # one lost, one won
+    v = compare(load_run(old), load_run(new))
+    assert v.flags == () and v.diff_ci[0] < 0 < v.diff_ci[1]
+    one_lost = write_run(tmp_path / "one", [0.0] + GOOD[1:])
+    assert compare(load_run(old), load_run(one_lost)).flags == ()  # CI reaches 0
+
+
+def test_unpaired_runs_use_old_interval(tmp_path):
+    old = load_run(write_run(tmp_path / "old", GOOD))
+    new = load_run(write_run(tmp_path / "new", [0.0] * 20))
+    new = new.__class__(
+        new.path, new.manifest, [dict(r, example_id="x" + r["example_id"]) for r in new.records], 0
+    )
+    v = compare(old, new)
+    assert v.n_paired == 0 and v.flags and "below old's 95% CI" in v.flags[0]
+
+
+@pytest.mark.parametrize("factor,flagged", [(1.1, False), (1.5, True)])
+def test_speed_drop_beyond_the_ratio_is_flagged(tmp_path, factor, flagged):
+    old = write_run(tmp_path / "old", GOOD, seconds_per_token=0.01)
+    new = write_run(tmp_path / "new", GOOD, seconds_per_token=0.01 * factor)
+    v = compare(load_run(old), load_run(new), max_slowdown=1.25)
+    assert v.slowdown == pytest.approx(factor)
+    assert bool(v.flags) is flagged and (not flagged or v.flags[0].startswith("speed:"))
+
+
+def test_new_failures_are_flagged(tmp_path):
+    old = write_run(tmp_path / "old", GOOD)
+    new = write_run(tmp_path / "new", GOOD, failed=2)
+    v = compare(load_run(old), load_run(new))
+    assert v.failed_new == 2 and v.flags == ("failures: 0 -> 2 failed examples",)
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["compare", "/no/such/run", "/no/such/run"], "is not a run folder"),
+        (["compare", "OLD", "OTHER"], "runs differ in task"),
+        (["compare", "OLD", "OLD", "--max-slowdown", "0"], "--max-slowdown must be > 0"),
+    ],
+)
+def test_user_errors(tmp_path, capsys, argv, message):
+    write_run(tmp_path / "OLD", GOOD)
+    write_run(tmp_path / "OTHER", GOOD, manifest={"task": "u"})
+    argv = [str(tmp_path / a) if a in ("OLD", "OTHER") else a for a in argv]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+class _MatchLarge:
+    """A toy task: an answer scores 1 when it is large's greedy completion of the prompt."""
+
+    name, metric = "match_large", "match"
+
+    def __init__(self, references):
+        self.references = references
+
+    def score(self, example, completion):
+        return {"match": float(completion == self.references[example.id])}
+
+
+def test_degraded_router_is_flagged_on_tiny_runs(tmp_path, capsys):
+    """Real runner output on tiny models: oracle (= large's greedy output) vs random p=0.5."""
+    from harness.core import DecodeConfig
+    from harness.engine import Engine
+    from harness.runner import decode_examples, write_summary
+    from routers import get_router
+    from tasks.base import Example, user_message
+    from tests.tiny import tiny_backends, tiny_tokenizer
+
+    engine = Engine(tiny_tokenizer(), tiny_backends())
+    cfg = DecodeConfig(max_new_tokens=8)
+    examples = [Example(f"q{i}", user_message(p), None) for i, p in enumerate("abcdefgh")]
+    refs = {
+        ex.id: engine.generate(get_router("large"), engine.encode(ex.messages), cfg).text
+        for ex in examples
+    }
+    task = _MatchLarge(refs)
+    folders = {}
+    for name, args in (("oracle", {}), ("random", {"p": 0.5})):
+        out = tmp_path / name
+        out.mkdir()
+        manifest = {"task": task.name, "split": "test", "metric": "match", "router": name}
+        (out / "manifest.json").write_text(json.dumps({**manifest, "router_args": args}))
+        router, done = get_router(name, args), {}
+        decode_examples(engine, router, task, examples, cfg, out / "records.jsonl", "test", done)
+        write_summary(out, list(done.values()), manifest)
+        folders[name] = str(out)
+    # timings on a shared CPU are noise: only quality is judged here
+    assert main(["compare", folders["oracle"], folders["oracle"], "--max-slowdown", "100"]) == 0
+    assert main(["compare", folders["oracle"], folders["random"], "--max-slowdown", "100"]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION quality: match dropped 1 ->" in out
