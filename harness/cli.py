@@ -30,16 +30,32 @@ COMMANDS = {
         "bench_decode",
         "tok/s of small, large and random routing vs the cost model",
     ),
-    "demo": ("harness.commands", "demo", "the README's main job: a few routers on a few test examples"),
+    "demo": (
+        "harness.commands",
+        "demo",
+        "the README's main job: a few routers on a few test examples",
+    ),
     "reward-data": ("harness.reward_data", "reward_data", "reward-model preference pairs"),
     "train-reward": ("harness.train_reward", "train_reward", "train the reward model"),
     "calibrate-reward": ("harness.train_reward", "calibrate_reward", "reward-score thresholds"),
-    "lm-eval": ("harness.lmeval", "lm_eval", "lm-evaluation-harness with model `hybrid` (any router)"),
+    "lm-eval": (
+        "harness.lmeval",
+        "lm_eval",
+        "lm-evaluation-harness with model `hybrid` (any router)",
+    ),
     "compare": ("harness.compare", "compare", "flag quality or speed regressions between two runs"),
     "sweep": ("harness.sweep", "sweep", "run routers at each of their settings, one run each"),
     "report": ("harness.report_cmd", "report", "write the leaderboard of a results folder"),
-    "train-citer": ("harness.train_citer", "train_citer", "label tokens and train the CITER router"),
-    "train-query": ("harness.train_query", "train_query", "train and calibrate the query-level router"),
+    "train-citer": (
+        "harness.train_citer",
+        "train_citer",
+        "label tokens and train the CITER router",
+    ),
+    "train-query": (
+        "harness.train_query",
+        "train_query",
+        "train and calibrate the query-level router",
+    ),
 }
 
 
@@ -93,19 +109,29 @@ def decode_config(args, **extra):
 
 
 def load_engine(args, router=None):
-    """Set threads, then load the pair named in args, plus the models `router` brings."""
+    """Set threads, then load the pair named in args, plus the models `router` brings.
+
+    A `--large` that is an http(s) URL is an OpenAI-compatible completions server (llama.cpp's
+    llama-server, vLLM) serving the large model; it must use small's tokenizer, which cannot be
+    checked from here.
+    """
     import torch
 
     from harness.engine import Engine
 
     torch.set_num_threads(max(1, args.threads or 1))
-    engine = Engine.load(
-        args.small,
-        args.large,
-        dtype=args.dtype,
-        small_device=args.small_device,
-        large_device=args.large_device,
-    )
+    if (args.large or "").startswith(("http://", "https://")):
+        from harness.remote import remote_engine
+
+        engine = remote_engine(args.large, args.small, dtype=args.dtype)
+    else:
+        engine = Engine.load(
+            args.small,
+            args.large,
+            dtype=args.dtype,
+            small_device=args.small_device,
+            large_device=args.large_device,
+        )
     for role, backend in (router.backends(engine) if router else {}).items():
         engine.add(role, backend)  # models a router brings, e.g. the reward router's
     return engine

@@ -270,3 +270,31 @@ def test_an_unreachable_server_fails_fast_and_clearly():
         RemoteError, match="gave up after 2 attempts; last error: ConnectionRefused"
     ):
         backend.forward([1, 2], 1)
+
+
+def test_cli_takes_a_server_url_as_the_large_model(server, tmp_path, capsys):
+    """`--large http://...` decodes with the local small model and the remote large one."""
+    from harness.cli import main
+    from tests.tiny import save_tiny_pair
+
+    small_dir, _ = save_tiny_pair(tmp_path)
+    argv = [
+        "generate",
+        "--router",
+        "oracle",
+        "--prompt",
+        "hello",
+        "--max-new-tokens",
+        "6",
+        "--small",
+        small_dir,
+        "--large",
+        f"http://127.0.0.1:{server}",
+        "--dtype",
+        "float32",
+        "--threads",
+        "1",
+    ]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "6 tokens" in err and "large_call_share=1.000" in err
