@@ -1,0 +1,383 @@
+"""The shared token-level label dataset: where does small's next token suffice, where is large needed.
+
+One row per position of an answer trajectory, computed by teacher forcing both models over
+(prompt + trajectory) in a few batched forward passes. CITER's router trains on it, and the
+reward-model pipeline can read the same file (hidden states, both models' tokens and top-k
+probabilities, match labels). Build one with `build_labels`, read one with `TokenLabels.load`.
+
+Trajectories and labels (`LabelConfig.mode`):
+
+- "reference" (CITER's shortcut): the trajectory is the task's reference answer (gsm8k: the
+  solution with its <<calculator>> annotations removed, ending "#### N"), then EOS. At position i:
+  small's greedy token == reference token -> label 1 (small suffices, source small_match);
+  else large's greedy token == reference -> label 0 (large needed, source large_match);
+  else both miss: a rollout decides, as in CITER's code: from prompt + reference[:i] + small's
+  token, a rollout router (round 1: small alone; round 2: the trained CITER router) continues to
+  the end (at most `rollout_tokens`); the task scores the answer: correct -> 1, wrong -> 0
+  (source rollout). At most `max_rollouts` both-miss positions per example are rolled out (a
+  seeded choice); the others keep label -1 (source unlabelled) and are not trained on.
+- "label_free": the trajectory is small's own greedy answer (given, e.g. from a `hybridbench run
+  --router small` records file, or decoded here); label 1 where small's greedy token equals
+  large's greedy token (source agree), else 0 (disagree). No reference, no rollouts.
+
+File format: one safetensors file (no pickle), N rows, columns
+
+    example         int32 [N]     index into metadata["example_ids"]
+    position        int32 [N]     index of the token in the trajectory (0 = first answer token)
+    context_token   int64 [N]     the trajectory's token at this position (what was fed next)
+    hidden          bf16  [N, H]  small's last hidden state at the position that predicts it
+    small_token     int64 [N]     small's greedy (argmax) next token
+    large_token     int64 [N]     large's greedy next token
+    small_topk_ids  int64 [N, K]  small's K most likely next tokens, most likely first
+    small_topk_probs f32  [N, K]  their probabilities (softmax at temperature 1)
+    large_topk_ids  int64 [N, K]  the same for large
+    large_topk_probs f32  [N, K]
+    label           int8  [N]     1: small's token is good enough; 0: large needed; -1: unknown
+    label_source    int8  [N]     index into LABEL_SOURCES
+
+metadata (str -> JSON string): schema, mode, task, split, split_seed, example_ids, n_prompt
+(prompt length per example), round, models (sources/dtypes), config (LabelConfig), done (ids
+finished; a partial file resumes from there).
+
+    python -c "from harness.labels import TokenLabels; d = TokenLabels.load('x.safetensors'); print(d.summary())"
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from harness.errors import UserError
+
+SCHEMA = "hybridbench.token_labels/1"
+LABEL_SOURCES = ("small_match", "large_match", "rollout", "agree", "disagree", "unlabelled")
+SMALL_MATCH, LARGE_MATCH, ROLLOUT, AGREE, DISAGREE, UNLABELLED = range(6)
+MODES = ("reference", "label_free")
+COLUMNS = (
+    "example",
+    "position",
+    "context_token",
+    "hidden",
+    "small_token",
+    "large_token",
+    "small_topk_ids",
+    "small_topk_probs",
+    "large_topk_ids",
+    "large_topk_probs",
+    "label",
+    "label_source",
+)
+
+
+@dataclass(frozen=True)
+class LabelConfig:
+    """How labels are made; stored in the file's metadata."""
+
+    mode: str = "reference"  # "reference" (CITER shortcut + rollouts) or "label_free"
+    top_k: int = 5  # top-k ids/probabilities stored per model and position
+    max_rollouts: int = 2  # both-miss positions rolled out per example (reference mode)
+    rollout_tokens: int = 256  # cap on one rollout's new tokens
+    max_new_tokens: int = 256  # label_free: budget when small's answer is decoded here
+    seed: int = 0  # seeds the choice of rolled-out positions
+    chunk: int = 64  # positions per teacher-forcing forward pass (bounds logits memory)
+
+
+class TokenLabels:
+    """The dataset in memory: `columns` (name -> tensor, N rows) and `meta` (JSON-able dict)."""
+
+    def __init__(self, columns: dict[str, torch.Tensor], meta: dict):
+        self.columns, self.meta = columns, meta
+
+    def __len__(self) -> int:
+        return len(self.columns["label"]) if self.columns else 0
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.columns[name]
+
+    @property
+    def example_ids(self) -> list[str]:
+        return list(self.meta.get("example_ids", []))
+
+    def save(self, path) -> None:
+        """Atomic write: a crash leaves the old file or the new one."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        meta = {k: json.dumps(v) for k, v in {**self.meta, "schema": SCHEMA}.items()}
+        save_file({k: v.contiguous() for k, v in self.columns.items()}, str(tmp), metadata=meta)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path) -> TokenLabels:
+        from safetensors import safe_open
+
+        path = Path(path)
+        if not path.exists():
+            raise UserError(f"label file {path} does not exist")
+        with safe_open(str(path), framework="pt") as f:
+            meta = {k: json.loads(v) for k, v in (f.metadata() or {}).items()}
+            if meta.get("schema") != SCHEMA:
+                raise UserError(f"{path} is not a token label file ({SCHEMA})")
+            columns = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open API
+        return cls(columns, meta)
+
+    def rows_of(self, example_index: int) -> torch.Tensor:
+        """Row indices of one example, in trajectory order."""
+        idx = torch.nonzero(self.columns["example"] == example_index).flatten()
+        return idx[torch.argsort(self.columns["position"][idx])]
+
+    def summary(self) -> dict:
+        """Counts per label source and the share of labelled rows that say 'small suffices'."""
+        src, lab = self.columns["label_source"], self.columns["label"]
+        known = lab >= 0
+        return {
+            "rows": len(self),
+            "examples": len(self.meta.get("done", [])),
+            **{name: int((src == i).sum()) for i, name in enumerate(LABEL_SOURCES)},
+            "small_share": float(lab[known].float().mean()) if known.any() else float("nan"),
+        }
+
+
+def reference_text(example) -> str | None:
+    """The reference answer as the model should write it, or None when the task has none.
+
+    gsm8k: the solution without its <<48/2=24>> calculator annotations (a model never writes
+    them); it already ends with "#### N", the form the prompt asks for.
+    """
+    sol = (example.meta or {}).get("solution")
+    if isinstance(sol, str):
+        return re.sub(r"<<[^>]*>>", "", sol).strip()
+    return example.reference if isinstance(example.reference, str) else None
+
+
+def teacher_force(models, prompt, traj, top_k: int, chunk: int, roles=("small", "large")) -> dict:
+    """Each model over prompt + traj: per trajectory position, small's hidden state and each
+    model's greedy token and top-k, from the logits that predict traj[i]. Few batched passes."""
+    out = {}
+    for role in roles:
+        m = models[role]
+        m.reset()
+        if len(prompt) > 1:
+            m.forward(prompt[:-1], 1)  # the prompt's cache; its outputs are not needed
+        seq = prompt[-1:] + traj[:-1]  # the positions whose outputs predict traj[0..m-1]
+        hid, top_i, top_p, greedy = [], [], [], []
+        for s in range(0, len(seq), chunk):
+            piece = seq[s : s + chunk]
+            logits, h = m.forward(piece, len(piece), hidden=role == "small")
+            probs = torch.softmax(logits.float(), -1)
+            tp, ti = torch.topk(probs, top_k, dim=-1)
+            top_i.append(ti)
+            top_p.append(tp)
+            greedy.append(logits.argmax(-1))
+            if h is not None:
+                hid.append(h.to(torch.bfloat16))
+        out[f"{role}_token"] = torch.cat(greedy)
+        out[f"{role}_topk_ids"] = torch.cat(top_i)
+        out[f"{role}_topk_probs"] = torch.cat(top_p)
+        if hid:
+            out["hidden"] = torch.cat(hid)
+        m.reset()
+    return out
+
+
+def rollout_label(engine, task, example, prefix: list[int], n_prompt: int, router, cfg) -> int:
+    """1 if continuing prefix with `router` (greedy, the core) gives a correct answer, else 0."""
+    from harness.core import DecodeConfig, generate
+
+    dc = DecodeConfig(
+        max_new_tokens=cfg.rollout_tokens, stop=tuple(task.stop), eos_ids=engine.eos_ids
+    )
+    g = generate(engine.backends, router, prefix, dc)
+    text = engine.decode(list(prefix[n_prompt:]) + list(g.token_ids))
+    for s in task.stop:
+        text = text.split(s)[0]
+    return int(float(task.score(example, text)[task.metric]) >= 1.0)
+
+
+def label_example(engine, task, example, cfg: LabelConfig, index: int, traj=None, rollout=None):
+    """Columns for one example (see the module docstring). `traj`: label_free trajectory; when
+    None it is small's greedy answer decoded here. `rollout`: the router used for rollouts."""
+    prompt = engine.encode(example.messages)
+    if cfg.mode == "reference":
+        ref = reference_text(example)
+        if ref is None:
+            raise UserError(f"{example.id} has no reference answer; use mode label_free")
+        traj = engine.tokenizer.encode(ref, add_special_tokens=False) + [_im_end(engine)]
+    elif traj is None:
+        traj = _small_answer(engine, prompt, cfg.max_new_tokens)
+    cols = teacher_force(engine.backends, prompt, list(traj), cfg.top_k, cfg.chunk)
+    n = len(traj)
+    ctx = torch.tensor(traj, dtype=torch.long)
+    small_ok, large_ok = cols["small_token"] == ctx, cols["large_token"] == ctx
+    label = torch.full((n,), -1, dtype=torch.int8)
+    source = torch.full((n,), UNLABELLED, dtype=torch.int8)
+    if cfg.mode == "label_free":
+        agree = cols["small_token"] == cols["large_token"]
+        label[:] = agree.to(torch.int8)
+        source[:] = torch.where(agree, AGREE, DISAGREE).to(torch.int8)
+    else:
+        label[small_ok], source[small_ok] = 1, SMALL_MATCH
+        only_large = large_ok & ~small_ok
+        label[only_large], source[only_large] = 0, LARGE_MATCH
+        for i in _rollout_positions(~small_ok & ~large_ok, cfg, example.id):
+            prefix = prompt + list(traj[:i]) + [int(cols["small_token"][i])]
+            label[i] = rollout_label(engine, task, example, prefix, len(prompt), rollout, cfg)
+            source[i] = ROLLOUT
+    cols.update(
+        example=torch.full((n,), index, dtype=torch.int32),
+        position=torch.arange(n, dtype=torch.int32),
+        context_token=ctx,
+        label=label,
+        label_source=source,
+    )
+    return cols, len(prompt)
+
+
+def _rollout_positions(both_miss: torch.Tensor, cfg: LabelConfig, example_id: str) -> list[int]:
+    idx = torch.nonzero(both_miss).flatten()
+    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + _stable_hash(example_id))
+    pick = idx[torch.randperm(len(idx), generator=g)[: cfg.max_rollouts]]
+    return sorted(int(i) for i in pick)
+
+
+def _stable_hash(text: str) -> int:
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+
+
+def _im_end(engine) -> int:
+    """The chat end-of-turn token a chat answer ends with (Qwen <|im_end|>), else the EOS."""
+    tid = engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    return (
+        tid if isinstance(tid, int) and tid != engine.tokenizer.unk_token_id else engine.eos_ids[-1]
+    )
+
+
+def _small_answer(engine, prompt, max_new_tokens) -> list[int]:
+    from harness.core import DecodeConfig, generate
+    from routers.baselines import SmallOnly
+
+    cfg = DecodeConfig(max_new_tokens=max_new_tokens, eos_ids=engine.eos_ids)
+    g = generate(engine.backends, SmallOnly(), prompt, cfg)
+    return list(g.token_ids) + ([engine.eos_ids[-1]] if g.stop_reason == "eos" else [])
+
+
+def build_labels(
+    engine,
+    task,
+    examples,
+    cfg: LabelConfig,
+    path,
+    *,
+    split: str = "train",
+    split_seed: int = 0,
+    trajectories: dict | None = None,
+    rollout=None,
+    round_: int = 1,
+    progress: bool = True,
+) -> TokenLabels:
+    """Label `examples` into the file at `path`, saved after every example (a checkpoint): a
+    rerun with the same file skips the examples already done. `trajectories`: example id ->
+    token ids (label_free mode; e.g. from small-only run records)."""
+    from routers.baselines import SmallOnly
+
+    path = Path(path)
+    data = TokenLabels.load(path) if path.exists() else None
+    if data is not None and data.meta.get("config") != asdict(cfg):
+        raise UserError(f"{path} was built with other settings; use another output path")
+    ids = [ex.id for ex in examples]
+    meta = {
+        "mode": cfg.mode,
+        "task": task.name,
+        "split": split,
+        "split_seed": split_seed,
+        "example_ids": ids,
+        "n_prompt": [0] * len(ids),
+        "round": round_,
+        "models": _model_sources(engine),
+        "config": asdict(cfg),
+        "done": [],
+    }
+    columns: dict[str, list] = {c: [] for c in COLUMNS}
+    if data is not None:
+        done = set(data.meta["done"])
+        meta["done"] = [i for i in ids if i in done]
+        for j, ex_id in enumerate(data.example_ids):
+            if ex_id in done and ex_id in ids:
+                rows = data.rows_of(j)
+                for c in COLUMNS:
+                    col = data[c][rows]
+                    columns[c].append(
+                        col if c != "example" else torch.full_like(col, ids.index(ex_id))
+                    )
+                meta["n_prompt"][ids.index(ex_id)] = data.meta["n_prompt"][j]
+    rollout = rollout or SmallOnly()
+    todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in set(meta["done"])]
+    bar = _bar(todo, f"labels {cfg.mode} r{round_}", progress)
+    for i, ex in bar:
+        traj = None
+        if trajectories is not None:
+            if ex.id not in trajectories:
+                raise UserError(f"no trajectory for {ex.id} in the given records")
+            traj = list(trajectories[ex.id])
+        cols, n_prompt = label_example(engine, task, ex, cfg, i, traj, rollout)
+        for c in COLUMNS:
+            columns[c].append(cols[c])
+        meta["n_prompt"][i] = n_prompt
+        meta["done"].append(ex.id)
+        out = TokenLabels({c: torch.cat(v) for c, v in columns.items()}, meta)
+        out.save(path)
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(out.summary())
+    if not todo and data is None:
+        raise UserError("no examples to label")
+    return TokenLabels({c: torch.cat(v) for c, v in columns.items()}, meta)
+
+
+def relabel_rollouts(engine, task, examples, data: TokenLabels, router, path, progress=True):
+    """CITER's second round: redo every rollout-labelled position with `router` (the trained
+    router) continuing the answer instead of small alone. Returns a new dataset (round + 1)."""
+    cfg = LabelConfig(**data.meta["config"])
+    by_id = {ex.id: ex for ex in examples}
+    label = data["label"].clone()
+    rows = torch.nonzero(data["label_source"] == ROLLOUT).flatten().tolist()
+    for r in _bar(rows, f"relabel r{data.meta['round'] + 1}", progress):
+        j = int(data["example"][r])
+        ex = by_id[data.example_ids[j]]
+        prompt = engine.encode(ex.messages)
+        ex_rows = data.rows_of(j)
+        pos = int(data["position"][r])
+        prefix = (
+            prompt + data["context_token"][ex_rows[:pos]].tolist() + [int(data["small_token"][r])]
+        )
+        label[r] = rollout_label(engine, task, ex, prefix, len(prompt), router, cfg)
+    out = TokenLabels(
+        {**data.columns, "label": label}, {**data.meta, "round": data.meta["round"] + 1}
+    )
+    out.save(path)
+    return out
+
+
+def _model_sources(engine) -> dict:
+    return {
+        role: {"source": b.info.source, "dtype": b.info.dtype, "sha256": b.info.sha256}
+        for role, b in engine.backends.items()
+    }
+
+
+def _bar(items, desc, progress):
+    if not progress:
+        return items
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, file=sys.stderr)

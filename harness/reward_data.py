@@ -1,0 +1,205 @@
+"""`hybridbench reward-data`: synthesize the reward model's preference pairs (seed paper §2.1.2).
+
+    hybridbench reward-data --out runs/reward/data --prompts 48 --max-new-tokens 64 --threads 2
+
+1. Prompt space: an equal share of prompts from each of several tasks' `train` splits (default
+   gsm8k, mbpp, mmlu, arc_challenge, commonsense_qa), drawn with a seeded RNG.
+2. Responses: for every prompt one response from small and one from large, each in sampling mode
+   with its own temperature ~ U(--temperature) and top-p ~ U(--top-p), drawn per generation.
+   Both come from the project's decoding core (`Engine.generate` with the `small` / `large`
+   routers), never from a second decode loop.
+3. Chunks: each response pair is cut at up to `--chunks` distinct lengths L drawn uniformly from
+   1 .. min(len(small), len(large)); a chunk is the first L tokens of each response after the
+   prompt, so the small and large chunk of one pair always have the same token length.
+   chosen = large's chunk, rejected = small's chunk.
+
+Everything random is drawn from `random.Random(f"{seed}/{example id}")`, so a prompt's record
+does not depend on which prompts came before it: a resumed run writes the same file.
+
+Files in --out:
+  manifest.json  what was asked (identity checked on resume) and the prompt ids drawn
+  pairs.jsonl    one line per prompt, appended and fsync'ed as each finishes:
+      {"id", "task", "prompt_ids": [...],
+       "small": {"ids": [...], "temperature", "top_p", "seed", "stop_reason"}, "large": {...},
+       "chunks": [{"length": L, "chosen": large ids[:L], "rejected": small ids[:L]}, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness import cli
+from harness.errors import UserError
+
+DEFAULT_TASKS = ("gsm8k", "mbpp", "mmlu", "arc_challenge", "commonsense_qa")
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """How responses are sampled and cut."""
+
+    max_new_tokens: int = 64  # response length cap for both models
+    chunks: int = 16  # chunk lengths drawn per response pair (fewer if the pair is shorter)
+    temperature: tuple[float, float] = (0.2, 1.0)  # uniform range, drawn per generation
+    top_p: tuple[float, float] = (0.8, 1.0)  # uniform range, drawn per generation
+    seed: int = 0  # seeds every draw (with the example id)
+
+
+def sample_prompts(tasks: list[str], n: int, seed: int, split_seed: int = 0) -> list[tuple]:
+    """(task name, Example) pairs: n prompts, an equal share (±1) from each task's train split,
+    interleaved task by task. Example: 3 tasks, n=5 -> 2, 2, 1 prompts."""
+    from tasks import get_task
+
+    picks = []
+    for i, name in enumerate(tasks):
+        share = n // len(tasks) + (i < n % len(tasks))
+        pool = get_task(name).split("train", seed=split_seed)
+        if share > len(pool):
+            raise UserError(f"task {name} has {len(pool)} train examples; asked for {share}")
+        picks.append([(name, ex) for ex in random.Random(f"{seed}/{name}").sample(pool, share)])
+    return [p for group in _interleave(picks) for p in group]
+
+
+def _interleave(groups: list[list]) -> list[list]:
+    width = max((len(g) for g in groups), default=0)
+    return [[g[i] for g in groups if i < len(g)] for i in range(width)]
+
+
+def chunk_lengths(n_small: int, n_large: int, k: int, rng: random.Random) -> list[int]:
+    """Up to k distinct lengths in 1..min(n_small, n_large), ascending; [] if a response is empty."""
+    m = min(n_small, n_large)
+    return sorted(rng.sample(range(1, m + 1), min(k, m)))
+
+
+def synthesize_one(engine, task: str, example, cfg: SynthConfig) -> dict:
+    """Sample one small and one large response to `example` and cut them into chunk pairs."""
+    from harness.core import DecodeConfig
+    from routers.baselines import LargeOnly, SmallOnly
+
+    rng = random.Random(f"{cfg.seed}/{example.id}")
+    prompt_ids = engine.encode(list(example.messages))
+    out = {"id": example.id, "task": task, "prompt_ids": prompt_ids}
+    for role, router in (("small", SmallOnly()), ("large", LargeOnly())):
+        settings = {
+            "temperature": round(rng.uniform(*cfg.temperature), 4),
+            "top_p": round(rng.uniform(*cfg.top_p), 4),
+            "seed": rng.randrange(2**31),
+        }
+        dc = DecodeConfig(max_new_tokens=cfg.max_new_tokens, **settings)
+        gen = engine.generate(router, prompt_ids, dc)
+        out[role] = {"ids": list(gen.token_ids), **settings, "stop_reason": gen.stop_reason}
+    small, large = out["small"]["ids"], out["large"]["ids"]
+    out["chunks"] = [
+        {"length": n, "chosen": large[:n], "rejected": small[:n]}
+        for n in chunk_lengths(len(small), len(large), cfg.chunks, rng)
+    ]
+    return out
+
+
+def synthesize(engine, prompts: list[tuple], cfg: SynthConfig, path: Path) -> int:
+    """Append a record for every (task, example) not yet in `path`; returns how many were added."""
+    from tqdm import tqdm
+
+    done = {r["id"] for r in read_pairs(path)}
+    todo = [(t, ex) for t, ex in prompts if ex.id not in done]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        for task, ex in tqdm(todo, desc="reward-data", unit="prompt", file=sys.stderr):
+            f.write(json.dumps(synthesize_one(engine, task, ex, cfg)) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    return len(todo)
+
+
+def read_pairs(path: Path) -> list[dict]:
+    """The records of a pairs.jsonl. A line cut by a crash is dropped from the file (that prompt
+    is synthesized again on resume)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows, good = [], []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+            good.append(line)
+        except json.JSONDecodeError:
+            continue
+    if len(good) != len(lines):
+        path.write_text("".join(g + "\n" for g in good), encoding="utf-8")
+    return rows
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def _range(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise UserError(f"expected a range LO,HI, got {text!r}") from None
+    if not 0 <= lo <= hi:
+        raise UserError(f"range {text!r} must satisfy 0 <= LO <= HI")
+    return lo, hi
+
+
+def configure_reward_data(p) -> None:
+    p.add_argument("--out", required=True, help="data folder (created; resumed if it exists)")
+    p.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
+    p.add_argument("--prompts", type=int, default=48, help="prompts in all (equal share per task)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="response length cap")
+    p.add_argument("--chunks", type=int, default=16, help="chunk lengths per response pair")
+    p.add_argument("--temperature", default="0.2,1.0", help="range LO,HI drawn per generation")
+    p.add_argument("--top-p", default="0.8,1.0", help="range LO,HI drawn per generation")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split-seed", type=int, default=0, help="task split seed (train split)")
+    cli.add_model_args(p)
+
+
+def run_reward_data(args) -> int:
+    if args.prompts < 1 or args.max_new_tokens < 1 or args.chunks < 1:
+        raise UserError("--prompts, --max-new-tokens and --chunks must be >= 1")
+    top_p = _range(args.top_p)
+    if not 0 < top_p[0] <= top_p[1] <= 1:
+        raise UserError(f"--top-p range must lie in (0, 1], got {args.top_p}")
+    cfg = SynthConfig(args.max_new_tokens, args.chunks, _range(args.temperature), top_p, args.seed)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    prompts = sample_prompts(tasks, args.prompts, args.seed, args.split_seed)
+    out = Path(args.out)
+    identity = {
+        "tasks": tasks,
+        "prompts": args.prompts,
+        "split": "train",
+        "split_seed": args.split_seed,
+        "config": asdict(cfg),
+        "model_sources": {"small": args.small, "large": args.large, "dtype": args.dtype},
+    }
+    identity = json.loads(json.dumps(identity))
+    _open(out, {**identity, "example_ids": [ex.id for _, ex in prompts]})
+    engine = cli.load_engine(args)
+    added = synthesize(engine, prompts, cfg, out / "pairs.jsonl")
+    rows = read_pairs(out / "pairs.jsonl")
+    n_chunks = sum(len(r["chunks"]) for r in rows)
+    ties = sum(c["chosen"] == c["rejected"] for r in rows for c in r["chunks"])
+    print(
+        f"{out / 'pairs.jsonl'}: {len(rows)} prompts ({added} new), {n_chunks} chunk pairs, "
+        f"{ties} with identical chosen and rejected tokens"
+    )
+    return 0
+
+
+def _open(out: Path, manifest: dict) -> None:
+    path = out / "manifest.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = [k for k in manifest if old.get(k) != manifest[k]]
+        if diff:
+            raise UserError(f"{out} holds other data ({', '.join(diff)} differ); use another --out")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=1) + "\n")

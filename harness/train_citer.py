@@ -1,0 +1,277 @@
+"""`hybridbench train-citer`: label tokens, train CITER's router MLP, calibrate tau, and repeat once
+with the trained router in the rollouts (CITER's second round).
+
+    hybridbench train-citer --task gsm8k --train-limit 40 --calib-limit 10 --out runs/citer
+    hybridbench train-citer --task gsm8k --mode label_free \\
+        --trajectories runs/gsm8k-train-small/records.jsonl --out runs/citer-lf
+
+Writes into --out (each step is a checkpoint; rerunning the command resumes):
+  labels_r1.safetensors   round-1 token labels (`harness.labels`), saved after every example
+  citer_r1.pt             the MLP after round 1 (best validation loss), tau, split ids
+  labels_r2.safetensors   round 2: rollout positions relabelled with citer_r1 in the loop
+  citer_r2.pt, citer.pt   the final router (= the last round's), for `--router-arg path=`
+  train_log.jsonl         one line per epoch: round, epoch, train/val loss, val accuracy
+
+Training data come only from the task's `train` split; tau is calibrated on `calib`: the
+`--target-share` quantile of the router's scores over small's hidden states along the calib
+trajectories, so that share of calib tokens would be deferred. Evaluate on `test`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from harness import cli
+from harness.errors import UserError
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Optimisation of the router MLP (CITER: Adam, BCE, early stopping on validation loss)."""
+
+    epochs: int = 30  # upper bound on passes over the training rows
+    lr: float = 1e-3  # Adam learning rate
+    batch_size: int = 64  # rows per step
+    patience: int = 5  # epochs without a better validation loss before stopping
+    val_fraction: float = 0.2  # share of train *examples* held out for validation
+    seed: int = 0  # seeds the example split, initialisation and batch order
+
+
+def configure_train_citer(p) -> None:
+    p.add_argument("--task", required=True)
+    p.add_argument("--task-arg", action="append", default=[], metavar="K=V")
+    p.add_argument("--out", required=True, help="folder for labels, checkpoints, log")
+    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--train-limit", type=int, default=40, help="first N train examples")
+    p.add_argument("--calib-limit", type=int, default=10, help="first N calib examples")
+    p.add_argument("--mode", default="reference", choices=("reference", "label_free"))
+    p.add_argument(
+        "--trajectories",
+        default=None,
+        help="label_free: records.jsonl of a small-only run over train+calib (else decoded here)",
+    )
+    p.add_argument("--rounds", type=int, default=2, help="labelling rounds (CITER: 2)")
+    p.add_argument("--max-rollouts", type=int, default=2, help="rolled-out positions/example")
+    p.add_argument("--rollout-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=256, help="label_free decode budget")
+    p.add_argument("--target-share", type=float, default=0.2, help="calib deferral share")
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--patience", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    cli.add_model_args(p)
+
+
+def run_train_citer(args) -> int:
+    from harness.labels import LabelConfig, TokenLabels, build_labels, relabel_rollouts
+    from routers import parse_args
+    from routers.citer import Citer
+    from tasks import get_task
+
+    if not 0 < args.target_share < 1:
+        raise UserError(f"--target-share must be in (0, 1), got {args.target_share}")
+    if args.rounds not in (1, 2):
+        raise UserError(f"--rounds must be 1 or 2, got {args.rounds}")
+    task = get_task(args.task, **parse_args(args.task_arg))
+    train = task.split("train", seed=args.split_seed)[: args.train_limit]
+    calib = task.split("calib", seed=args.split_seed)[: args.calib_limit]
+    if len(train) < 2 or not calib:
+        raise UserError("need at least 2 train and 1 calib example")
+    trajectories = _read_trajectories(args.trajectories) if args.trajectories else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    engine = cli.load_engine(args)
+    cfg = LabelConfig(
+        mode=args.mode,
+        max_rollouts=args.max_rollouts,
+        rollout_tokens=args.rollout_tokens,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+    )
+    fit = FitConfig(args.epochs, args.lr, args.batch_size, args.patience, seed=args.seed)
+    calib_hidden = _calib_hidden(engine, task, calib, cfg, trajectories)
+    common = {"task": task.name, "split_seed": args.split_seed, "mode": args.mode}
+    common |= {"train_ids": [e.id for e in train], "calib_ids": [e.id for e in calib]}
+    common["models"] = {r: b.info.source for r, b in engine.backends.items()}
+
+    data = build_labels(
+        engine, task, train, cfg, out / "labels_r1.safetensors", trajectories=trajectories
+    )
+    print(f"round 1 labels: {data.summary()}", file=sys.stderr)
+    ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 1, common)
+    if args.rounds == 2:
+        path2 = out / "labels_r2.safetensors"
+        if path2.exists():
+            data = TokenLabels.load(path2)
+        elif args.mode == "reference":
+            router = Citer(str(ckpt))
+            data = relabel_rollouts(engine, task, train, data, router, path2)
+        else:  # label_free: trajectories decoded with the round-1 router in the loop
+            router = Citer(str(ckpt))
+            traj = _decode(engine, router, train, args.max_new_tokens)
+            data = build_labels(
+                engine, task, train, cfg, path2, trajectories=traj, round_=2, progress=True
+            )
+        print(f"round 2 labels: {data.summary()}", file=sys.stderr)
+        ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 2, common)
+    shutil.copyfile(ckpt, out / "citer.pt")
+    print(f"router: {out / 'citer.pt'}")
+    return 0
+
+
+def fit_router(data, fit: FitConfig, calib_hidden, share: float, out: Path, round_: int, common):
+    """Train the MLP on the labelled rows, calibrate tau, save `citer_r{round}.pt`; resumable:
+    an existing checkpoint of this round is kept."""
+    from routers.query import share_threshold
+
+    path = out / f"citer_r{round_}.pt"
+    if path.exists():
+        return path
+    known = data["label"] >= 0
+    x = data["hidden"][known].float()
+    y = data["label"][known].float()
+    groups = data["example"][known]
+    if len(torch.unique(y)) < 2:
+        raise UserError(f"round {round_} labels are all {int(y[0])}: nothing to learn")
+    log = out / "train_log.jsonl"
+    mlp, stats = train_mlp(x, y, groups, fit, log_path=log, tag={"round": round_})
+    scores = torch.sigmoid(mlp.eval()(calib_hidden)).detach()
+    tau = share_threshold(scores, share)
+    torch.save(
+        {
+            "kind": "citer",
+            "hidden_size": x.shape[1],
+            "state_dict": mlp.state_dict(),
+            "threshold": tau,
+            "target_share": share,
+            "round": round_,
+            "fit": fit.__dict__,
+            "stats": stats,
+            "label_summary": data.summary(),
+            **common,
+        },
+        path,
+    )
+    print(f"round {round_}: {stats}, tau={tau:.4f} -> {path}", file=sys.stderr)
+    return path
+
+
+def train_mlp(x, y, groups, fit: FitConfig, log_path=None, tag=None, progress=True):
+    """BCE training of `CiterMLP` with Adam and early stopping on a held-out set of examples.
+
+    Returns (the best model by validation loss, stats dict).
+    """
+    from routers.citer import CiterMLP
+
+    g = torch.Generator().manual_seed(fit.seed)
+    ex = torch.unique(groups)
+    n_val = max(1, int(round(fit.val_fraction * len(ex))))
+    val_ex = ex[torch.randperm(len(ex), generator=g)[:n_val]]
+    is_val = torch.isin(groups, val_ex)
+    xt, yt, xv, yv = x[~is_val], y[~is_val], x[is_val], y[is_val]
+    torch.manual_seed(fit.seed)
+    mlp = CiterMLP(x.shape[1])
+    opt = torch.optim.Adam(mlp.parameters(), lr=fit.lr)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    best, best_state, bad, epoch = float("inf"), None, 0, 0
+    for epoch in range(1, fit.epochs + 1):
+        mlp.train()
+        order = torch.randperm(len(xt), generator=g)
+        total = 0.0
+        for s in range(0, len(order), fit.batch_size):
+            b = order[s : s + fit.batch_size]
+            if len(b) < 2:  # BatchNorm needs two rows in training mode
+                continue
+            loss = loss_fn(mlp(xt[b]), yt[b])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(b)
+        val_loss, val_acc = _evaluate(mlp, xv, yv, loss_fn)
+        row = {**(tag or {}), "epoch": epoch, "train_loss": total / max(1, len(xt))}
+        row |= {"val_loss": val_loss, "val_acc": val_acc}
+        if log_path:
+            with open(log_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        if progress:
+            print(json.dumps(row), file=sys.stderr)
+        if val_loss < best - 1e-6:
+            best, bad = val_loss, 0
+            best_state = {k: v.clone() for k, v in mlp.state_dict().items()}
+        else:
+            bad += 1
+            if bad >= fit.patience:
+                break
+    mlp.load_state_dict(best_state)
+    _, acc = _evaluate(mlp, xv, yv, loss_fn)
+    stats = {
+        "train_rows": len(xt),
+        "val_rows": len(xv),
+        "epochs": epoch,
+        "val_loss": best,
+        "val_acc": acc,
+        "val_majority_acc": float(max(yv.mean(), 1 - yv.mean())),
+    }
+    return mlp.eval(), stats
+
+
+@torch.no_grad()
+def _evaluate(mlp, x, y, loss_fn):
+    mlp.eval()
+    logits = mlp(x)
+    return float(loss_fn(logits, y)), float(((logits > 0).float() == y).float().mean())
+
+
+def _calib_hidden(engine, task, calib, cfg, trajectories) -> torch.Tensor:
+    """Small's hidden states along the calib trajectories of this mode (reference answers, or
+    small's own answers), the same states the router sees when small writes the answer."""
+    from harness.labels import reference_text, teacher_force
+
+    hs = []
+    for ex in calib:
+        prompt = engine.encode(ex.messages)
+        if cfg.mode == "reference":
+            traj = engine.tokenizer.encode(reference_text(ex), add_special_tokens=False)
+        elif trajectories is not None and ex.id in trajectories:
+            traj = list(trajectories[ex.id])
+        else:
+            traj = _decode(engine, None, [ex], cfg.max_new_tokens)[ex.id]
+        if not traj:
+            continue
+        cols = teacher_force(engine.backends, prompt, traj, 1, cfg.chunk, roles=("small",))
+        hs.append(cols["hidden"].float())
+    if not hs:
+        raise UserError("the calib examples gave no tokens to calibrate on")
+    return torch.cat(hs)
+
+
+def _decode(engine, router, examples, max_new_tokens) -> dict:
+    """example id -> emitted token ids with `router` (small alone when None), greedy."""
+    from tqdm import tqdm
+
+    from harness.core import DecodeConfig
+    from routers.baselines import SmallOnly
+
+    router = router or SmallOnly()
+    cfg = DecodeConfig(max_new_tokens=max_new_tokens)
+    out = {}
+    for ex in tqdm(examples, desc=f"decode with {router.name}", file=sys.stderr):
+        out[ex.id] = list(engine.generate(router, engine.encode(ex.messages), cfg).token_ids)
+    return out
+
+
+def _read_trajectories(path) -> dict:
+    """example id -> token ids from a runner's records.jsonl (e.g. a small-only run)."""
+    from harness.runner import load_records
+
+    recs = load_records(Path(path))
+    if not recs:
+        raise UserError(f"{path} holds no records")
+    return {k: r["generation"]["token_ids"] for k, r in recs.items()}

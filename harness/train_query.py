@@ -1,0 +1,177 @@
+"""`hybridbench train-query`: train the query-level router and calibrate its threshold.
+
+    hybridbench run --task gsm8k --router small --split train --limit 40 --out runs/gsm8k-train-small
+    hybridbench train-query --task gsm8k --small-records runs/gsm8k-train-small/records.jsonl \\
+        --train-limit 40 --calib-limit 10 --share 0.3 --out runs/query
+
+1. feature: small's last hidden state mean-pooled over the prompt, from the same prefill call
+   the decoding core makes for a query router (so the router sees exactly this vector);
+2. label: was small's greedy answer correct (the task's primary metric == 1) — read from a
+   small-only run's records over the train split (`--small-records`), or decoded here;
+3. a logistic regression (standardized features, L2 penalty chosen by 5-fold cross-validation
+   on train) gives P(small correct);
+4. tau = the `--share` quantile of its scores on the calib split, so that share of calib
+   prompts goes to large (RouteLLM). The calib scores are stored, so `share=` can be changed
+   at run time without retraining.
+Writes --out/query.pt (with the train and calib ids, which the runner refuses to evaluate on).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from harness import cli
+from harness.errors import UserError
+
+L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+
+
+def configure_train_query(p) -> None:
+    p.add_argument("--task", required=True)
+    p.add_argument("--task-arg", action="append", default=[], metavar="K=V")
+    p.add_argument("--out", required=True, help="folder for query.pt")
+    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--train-limit", type=int, default=40)
+    p.add_argument("--calib-limit", type=int, default=10)
+    p.add_argument("--share", type=float, default=0.3, help="target share of prompts to large")
+    p.add_argument("--small-records", default=None, help="small-only records over train")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="decode budget (no records)")
+    p.add_argument("--seed", type=int, default=0)
+    cli.add_model_args(p)
+
+
+def run_train_query(args) -> int:
+    from routers import parse_args
+    from routers.query import share_threshold
+    from tasks import get_task
+
+    if not 0 <= args.share <= 1:
+        raise UserError(f"--share must be in [0, 1], got {args.share}")
+    task = get_task(args.task, **parse_args(args.task_arg))
+    train = task.split("train", seed=args.split_seed)[: args.train_limit]
+    calib = task.split("calib", seed=args.split_seed)[: args.calib_limit]
+    if len(train) < 5 or not calib:
+        raise UserError("need at least 5 train and 1 calib example")
+    correct = _labels_from_records(args.small_records, train, task) if args.small_records else None
+    engine = cli.load_engine(args)
+    if correct is None:
+        correct = _labels_by_decoding(engine, task, train, args.max_new_tokens)
+    y = torch.tensor([correct[ex.id] for ex in train], dtype=torch.float32)
+    x_train = features(engine, train)
+    x_calib = features(engine, calib)
+    clf, stats = fit_logistic(x_train, y, seed=args.seed)
+    with torch.no_grad():
+        calib_scores = torch.sigmoid(clf(x_calib))
+    tau = share_threshold(calib_scores, args.share)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = {
+        "kind": "query",
+        "hidden_size": x_train.shape[1],
+        "state_dict": clf.state_dict(),
+        "threshold": tau,
+        "share": args.share,
+        "calib_scores": calib_scores.tolist(),
+        "train_ids": [ex.id for ex in train],
+        "calib_ids": [ex.id for ex in calib],
+        "task": task.name,
+        "split_seed": args.split_seed,
+        "stats": stats,
+        "models": {r: b.info.source for r, b in engine.backends.items()},
+    }
+    torch.save(ckpt, out / "query.pt")
+    print(
+        f"train: {len(train)} prompts, small correct {float(y.mean()):.3f}; {stats}; "
+        f"tau={tau:.4f} sends {float((calib_scores < tau).float().mean()):.3f} of "
+        f"{len(calib)} calib prompts to large -> {out / 'query.pt'}"
+    )
+    return 0
+
+
+@torch.inference_mode()
+def features(engine, examples) -> torch.Tensor:
+    """[n, H]: small's last hidden state mean-pooled over each prompt (the core's QueryView)."""
+    small = engine.backends["small"]
+    rows = []
+    for ex in examples:
+        ids = engine.encode(ex.messages)
+        small.reset()
+        _, h = small.forward(ids, len(ids), hidden=True)
+        rows.append(h.mean(dim=0))
+    small.reset()
+    return torch.stack(rows)
+
+
+def fit_logistic(x: torch.Tensor, y: torch.Tensor, seed: int = 0, folds: int = 5):
+    """L2-penalised logistic regression (full-batch L-BFGS) with the penalty picked by k-fold
+    cross-validated log loss on the train rows. Returns (QueryClassifier, stats)."""
+
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(x), generator=g)
+    fold_of = torch.empty(len(x), dtype=torch.long)
+    fold_of[order] = torch.arange(len(x)) % folds
+    cv = {}
+    for lam in L2_GRID:
+        losses = []
+        for f in range(folds):
+            tr, va = fold_of != f, fold_of == f
+            clf = _fit(x[tr], y[tr], lam)
+            with torch.no_grad():
+                losses.append(
+                    torch.nn.functional.binary_cross_entropy_with_logits(clf(x[va]), y[va])
+                )
+        cv[lam] = float(torch.stack(losses).mean())
+    best = min(cv, key=cv.get)
+    clf = _fit(x, y, best)
+    base = float(y.mean().clamp(1e-6, 1 - 1e-6))
+    prior_loss = -(
+        base * torch.log(torch.tensor(base)) + (1 - base) * torch.log1p(torch.tensor(-base))
+    )
+    stats = {"l2": best, "cv_log_loss": cv[best], "prior_log_loss": float(prior_loss)}
+    return clf.eval(), stats
+
+
+def _fit(x, y, lam: float):
+    from routers.query import QueryClassifier
+
+    clf = QueryClassifier(x.shape[1])
+    clf.mean.copy_(x.mean(0))
+    clf.std.copy_(x.std(0).clamp_min(1e-6) if len(x) > 1 else torch.ones(x.shape[1]))
+    opt = torch.optim.LBFGS(clf.linear.parameters(), max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(clf(x), y)
+        loss = loss + lam * clf.linear.weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return clf
+
+
+def _labels_from_records(path, train, task) -> dict:
+    from harness.runner import load_records
+
+    recs = load_records(Path(path))
+    missing = [ex.id for ex in train if ex.id not in recs]
+    if missing:
+        raise UserError(f"{path} lacks {len(missing)} train examples, e.g. {missing[0]}")
+    return {ex.id: float(recs[ex.id]["scores"][task.metric]) >= 1.0 for ex in train}
+
+
+def _labels_by_decoding(engine, task, train, max_new_tokens) -> dict:
+    from tqdm import tqdm
+
+    from harness.core import DecodeConfig
+    from routers.baselines import SmallOnly
+
+    cfg = DecodeConfig(max_new_tokens=max_new_tokens or task.max_new_tokens, stop=tuple(task.stop))
+    out = {}
+    for ex in tqdm(train, desc="small answers", file=sys.stderr):
+        g = engine.generate(SmallOnly(), engine.encode(ex.messages), cfg)
+        out[ex.id] = float(task.score(ex, g.text)[task.metric]) >= 1.0
+    return out

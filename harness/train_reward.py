@@ -1,0 +1,470 @@
+"""`hybridbench train-reward` and `hybridbench calibrate-reward` (seed paper §2.1.3, §3).
+
+    hybridbench train-reward --data runs/reward/data --out runs/reward/model --threads 2
+    hybridbench calibrate-reward --checkpoint runs/reward/model/reward.pt --task gsm8k \\
+        --limit 10 --max-new-tokens 200 --out runs/reward/calib-gsm8k.json --threads 2
+
+Training. The reward model (routers/reward.py) is the first `--layers` layers of the small model
+with a linear head. What is trained: the head only, on a frozen backbone. Why:
+  - the data is small (tens of prompts, hundreds of chunk pairs): a 896-weight linear probe
+    cannot memorize it the way 15 M parameters per transformer layer (or a LoRA) would;
+  - with the backbone frozen, the score at a chunk's last token is head(h) where h comes from
+    ONE forward pass over prompt + response (causal attention: h at position t does not depend on
+    later tokens), so every chunk of a response shares one pass, features are computed once
+    (cached in --out/features.pt) and each epoch is a few milliseconds of matrix algebra;
+  - it fits the 2-core CPU budget with room to spare (minutes, most of it the feature pass).
+Held-out prompts (`--holdout`, by prompt id, so chunks of one response never straddle the
+split) give the preference accuracy and loss reported at the end and in --out/metrics.json.
+Progress is shown per epoch; --out/train_state.pt is written every `--save-every` epochs and a
+re-run with the same settings resumes from it.
+
+Calibration. Small answers `--limit` examples of a task's calib split greedily (the core, `small`
+router); the reward model scores every emitted token in one pass; the file keeps the scores, so a
+router asked for `target_share=S` defers below their S-quantile (RouteLLM's calibration).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+from harness import cli
+from harness.errors import UserError
+
+PAPER_THRESHOLDS = (1.0, 1.5, 2.0, 4.0)
+TARGET_SHARES = tuple(round(0.1 * i, 1) for i in range(1, 10))
+
+
+def preference_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
+    """Mean pairwise (Bradley-Terry) loss: -log sigmoid(r(x, y_w) - r(x, y_l)).
+
+    y_w is large's chunk (chosen), y_l small's (rejected), r the score at the chunk's last token.
+    The paper (§2.1.3) prints L = log sigma(r_w - r_l) without the minus sign; minimized as
+    printed it would push chosen scores *below* rejected ones. The sign here is the standard one
+    (Ouyang et al. 2022; Zheng et al. 2023), which the paper's "lower loss is better" implies.
+    Example: equal scores give log 2 = 0.693 per pair.
+    """
+    return torch.nn.functional.softplus(r_rejected - r_chosen).mean()
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Chunk pairs as frozen-backbone features (one row per pair)."""
+
+    chosen: torch.Tensor  # [N, H] backbone output at the last token of large's chunk
+    rejected: torch.Tensor  # [N, H] the same for small's chunk
+    length: torch.Tensor  # [N] chunk length in tokens
+    prompt: tuple[str, ...]  # [N] id of the prompt the pair came from
+
+    def select(self, mask: torch.Tensor) -> Pairs:
+        idx = torch.nonzero(mask).flatten()
+        return Pairs(
+            self.chosen[idx],
+            self.rejected[idx],
+            self.length[idx],
+            tuple(self.prompt[i] for i in idx.tolist()),
+        )
+
+    def __len__(self) -> int:
+        return len(self.length)
+
+
+@torch.inference_mode()
+def response_features(model, prompt_ids: list[int], ids: list[int], lengths: list[int]):
+    """Backbone outputs [len(lengths), H] (float32) at the last token of each prefix ids[:L]:
+    one pass over prompt + ids[:max L]."""
+    if not lengths:
+        return torch.zeros(0, model.config.get_text_config().hidden_size)
+    seq = prompt_ids + ids[: max(lengths)]
+    device = next(model.parameters()).device
+    _, h, _ = model(torch.tensor([seq], device=device))
+    rows = [len(prompt_ids) + n - 1 for n in lengths]
+    return h[0, rows].float().cpu()
+
+
+def pair_features(model, records: list[dict]) -> tuple[Pairs, int]:
+    """All non-tied chunk pairs of `records` as features, and how many tied pairs were dropped.
+
+    A tie (large's chunk == small's chunk token for token) has r_w = r_l for every model: it adds
+    a constant log 2 to the loss and no gradient, and no preference to measure accuracy on.
+    """
+    from tqdm import tqdm
+
+    chosen, rejected, length, prompt, ties = [], [], [], [], 0
+    for r in tqdm(records, desc="features", unit="prompt", file=sys.stderr):
+        keep = [c for c in r["chunks"] if c["chosen"] != c["rejected"]]
+        ties += len(r["chunks"]) - len(keep)
+        lengths = [c["length"] for c in keep]
+        if not lengths:
+            continue
+        chosen.append(response_features(model, r["prompt_ids"], r["large"]["ids"], lengths))
+        rejected.append(response_features(model, r["prompt_ids"], r["small"]["ids"], lengths))
+        length += lengths
+        prompt += [r["id"]] * len(lengths)
+    size = model.config.get_text_config().hidden_size
+    cat = lambda xs: torch.cat(xs) if xs else torch.zeros(0, size)  # noqa: E731
+    return Pairs(cat(chosen), cat(rejected), torch.tensor(length), tuple(prompt)), ties
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Head training settings: Adam on the pairwise loss plus an L2 penalty, in minibatches."""
+
+    epochs: int = 200  # passes over the training pairs
+    lr: float = 1e-2  # Adam learning rate
+    l2: float = 0.3  # penalty l2 * |w|^2 on the head in standardized-feature units
+    batch_size: int = 64  # pairs per step
+    seed: int = 0  # shuffling: epoch e uses a generator seeded with seed + e
+
+
+L2_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # searched by `select_l2` when --l2 is not given
+
+
+def evaluate(w: torch.Tensor, pairs: Pairs) -> dict:
+    """Loss, preference accuracy and mean scores of a head `w` [H] on `pairs`.
+
+    accuracy = share of pairs with r_w > r_l, a tie counting one half (so an untrained, all-zero
+    head scores 0.5, chance)."""
+    if len(pairs) == 0:
+        nan = math.nan
+        return {"n": 0, "loss": nan, "acc": nan, "chosen_mean": nan, "rejected_mean": nan}
+    with torch.no_grad():
+        rw, rl = pairs.chosen @ w, pairs.rejected @ w
+        return {
+            "n": len(pairs),
+            "loss": float(preference_loss(rw, rl)),
+            "acc": float(((rw > rl).float() + 0.5 * (rw == rl).float()).mean()),
+            "chosen_mean": float(rw.mean()),
+            "rejected_mean": float(rl.mean()),
+        }
+
+
+def feature_scale(pairs: Pairs) -> torch.Tensor:
+    """[H] standard deviation of every feature over the pairs' chosen and rejected rows.
+
+    Backbone outputs have a few dimensions hundreds of times larger than the rest; dividing by
+    this scale makes one L2 penalty mean the same for every dimension. The trained head is
+    w / scale, so the reward model itself is still one linear layer on the backbone output."""
+    return torch.cat([pairs.chosen, pairs.rejected]).std(0).clamp_min(1e-6)
+
+
+def train_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on_epoch=None):
+    """Fit the head on `train`; returns the final state (epoch, w, head = w / scale, optimizer).
+
+    `state` resumes a saved run; `on_epoch(state)` is called after every epoch (progress,
+    periodic checkpoints)."""
+    scale = feature_scale(train)
+    xw, xl = train.chosen / scale, train.rejected / scale
+    w = torch.zeros(train.chosen.shape[1], requires_grad=True)
+    opt = torch.optim.Adam([w], lr=cfg.lr)
+    start = 0
+    if state is not None:
+        with torch.no_grad():
+            w.copy_(state["w"])
+        opt.load_state_dict(state["optimizer"])
+        start = state["epoch"]
+    for epoch in range(start, cfg.epochs):
+        order = torch.randperm(
+            len(train), generator=torch.Generator().manual_seed(cfg.seed + epoch)
+        )
+        for i in range(0, len(train), cfg.batch_size):
+            idx = order[i : i + cfg.batch_size]
+            loss = preference_loss(xw[idx] @ w, xl[idx] @ w) + cfg.l2 * (w * w).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        state = _state(epoch + 1, w, scale, opt)
+        if on_epoch is not None:
+            on_epoch(state)
+    return state or _state(start, w, scale, opt)
+
+
+def _state(epoch: int, w: torch.Tensor, scale: torch.Tensor, opt) -> dict:
+    w = w.detach().clone()
+    return {"epoch": epoch, "w": w, "head": w / scale, "optimizer": _copy(opt)}
+
+
+def select_l2(train: Pairs, cfg: TrainConfig, grid=L2_GRID, folds: int = 5) -> tuple[float, dict]:
+    """The L2 penalty with the lowest cross-validated loss, and the loss of every candidate.
+
+    Folds group pairs by prompt (chunks of one response pair never straddle a fold) and use only
+    `train`, so the held-out prompts stay unseen until the final report."""
+    import random
+
+    prompts = sorted(set(train.prompt))
+    random.Random(cfg.seed).shuffle(prompts)
+    k = min(folds, len(prompts))
+    fold = {p: i % k for i, p in enumerate(prompts)}
+    of = torch.tensor([fold[p] for p in train.prompt])
+    table = {}
+    for l2 in grid:
+        total = 0.0
+        for i in range(k):
+            w = train_head(train.select(of != i), replace(cfg, l2=l2))["head"]
+            e = evaluate(w, train.select(of == i))
+            total += e["loss"] * e["n"]
+        table[l2] = total / len(train)
+    return min(table, key=table.get), table
+
+
+def _copy(opt) -> dict:
+    """The optimizer's state, detached from the live tensors that later steps update in place."""
+    import copy
+
+    return copy.deepcopy(opt.state_dict())
+
+
+def by_length(w: torch.Tensor, pairs: Pairs, edges=(1, 2, 5, 17, 10**9)) -> dict:
+    """Preference accuracy per chunk-length bucket [edges[i], edges[i+1])."""
+    out = {}
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        sel = pairs.select((pairs.length >= lo) & (pairs.length < hi))
+        label = f"{lo}" if hi == lo + 1 else f"{lo}+" if hi >= 10**9 else f"{lo}-{hi - 1}"
+        out[label] = {k: evaluate(w, sel)[k] for k in ("n", "acc")}
+    return out
+
+
+# --- train-reward ----------------------------------------------------------------------------
+
+
+def configure_train_reward(p) -> None:
+    p.add_argument("--data", required=True, help="folder written by `hybridbench reward-data`")
+    p.add_argument("--out", required=True, help="model folder (created; resumed if it exists)")
+    p.add_argument("--backbone", default=None, help="default: the data's small model")
+    p.add_argument("--layers", type=int, default=6, help="backbone depth (first N layers)")
+    p.add_argument("--dtype", default="bfloat16", help="backbone dtype (use the pair's)")
+    p.add_argument("--holdout", type=float, default=0.2, help="share of prompts held out")
+    p.add_argument("--epochs", type=int, default=TrainConfig.epochs)
+    p.add_argument("--lr", type=float, default=TrainConfig.lr)
+    p.add_argument(
+        "--l2",
+        type=float,
+        default=None,
+        help=f"L2 penalty on the head; default: chosen from {L2_GRID} by 5-fold CV over prompts",
+    )
+    p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-every", type=int, default=50, help="epochs between checkpoints")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
+def run_train_reward(args) -> int:
+    from routers.reward import build_reward_model, save_checkpoint
+
+    records, source, key = _inputs(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = build_reward_model(source, args.layers, args.dtype)
+    pairs, ties = _features(model, records, key, out / "features.pt")
+    train, test = heldout_split(pairs, args.holdout, args.seed)
+    cfg = TrainConfig(args.epochs, args.lr, args.l2 or 0.0, args.batch_size, args.seed)
+    cv = {}
+    if args.l2 is None:
+        print(f"choosing --l2 from {L2_GRID} by 5-fold cross-validation over training prompts")
+        best, cv = select_l2(train, cfg)
+        cfg = replace(cfg, l2=best)
+        print("  cv loss: " + ", ".join(f"{k}: {v:.4f}" for k, v in cv.items()) + f" -> {best}")
+    key = {**key, "config": asdict(cfg), "holdout": args.holdout}
+    state = _fit(train, test, cfg, out / "train_state.pt", key, args.save_every)
+    w = state["head"]
+    with torch.no_grad():
+        model.head.weight.copy_(w[None])
+    metrics = {
+        "n_prompts": len(records),
+        "n_pairs": {"train": len(train), "heldout": len(test), "ties_dropped": ties},
+        "heldout_prompts": len(set(test.prompt)),
+        "untrained": {"train": evaluate(0 * w, train), "heldout": evaluate(0 * w, test)},
+        "final": {"train": evaluate(w, train), "heldout": evaluate(w, test)},
+        "heldout_by_length": by_length(w, test),
+        "score_std": float(torch.cat([pairs.chosen @ w, pairs.rejected @ w]).std()),
+        "l2_cv_loss": {str(k): v for k, v in cv.items()},
+        **key,
+    }
+    used = sorted({r["id"] for r in records})
+    save_checkpoint(out / "reward.pt", model, source, used_example_ids=used, metrics=metrics)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+    f = metrics["final"]
+    print(
+        f"{out / 'reward.pt'}: {len(train)} train / {len(test)} held-out pairs ({ties} ties dropped)\n"
+        f"  held-out loss {math.log(2):.4f} (untrained) -> {f['heldout']['loss']:.4f}, "
+        f"accuracy {f['heldout']['acc']:.3f} (train loss {f['train']['loss']:.4f}, "
+        f"accuracy {f['train']['acc']:.3f})\n"
+        f"  held-out mean reward: chosen {f['heldout']['chosen_mean']:.3f}, "
+        f"rejected {f['heldout']['rejected_mean']:.3f}"
+    )
+    return 0
+
+
+def _inputs(args) -> tuple[list[dict], str, dict]:
+    """(preference records, backbone source, identity of the features) with user-facing checks."""
+    from harness import models
+    from harness.reward_data import read_pairs
+
+    data = Path(args.data)
+    records = read_pairs(data / "pairs.jsonl")
+    if not records:
+        raise UserError(
+            f"no preference data in {data / 'pairs.jsonl'}; run hybridbench reward-data"
+        )
+    if not 0 < args.holdout < 1:
+        raise UserError(f"--holdout must be in (0, 1), got {args.holdout}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    manifest = json.loads((data / "manifest.json").read_text())
+    source = args.backbone or manifest["model_sources"].get("small") or models.DEFAULT_SMALL
+    if not Path(source).expanduser().exists() and source not in models.PACKAGED:
+        raise UserError(f"backbone {source!r} is neither a packaged model nor a folder")
+    data_sha = hashlib.sha256((data / "pairs.jsonl").read_bytes()).hexdigest()
+    key = {"data_sha256": data_sha, "backbone": source, "layers": args.layers, "dtype": args.dtype}
+    return records, source, key
+
+
+def heldout_split(pairs: Pairs, holdout: float, seed: int) -> tuple[Pairs, Pairs]:
+    """(train, held-out) by prompt id: a prompt is held out when its salted hash < holdout.
+
+    Salted because the task splits hash (seed, id) too and every prompt here is from a train
+    split: unsalted, the held-out set would be the prompts with the smallest task-split hashes."""
+    from tasks.base import bucket
+
+    held = [bucket(f"reward-holdout/{p}", seed) < holdout for p in pairs.prompt]
+    held = torch.tensor(held, dtype=torch.bool)
+    train, test = pairs.select(~held), pairs.select(held)
+    if len(train) == 0 or len(test) == 0:
+        raise UserError(f"{len(train)} training and {len(test)} held-out pairs: need more data")
+    return train, test
+
+
+def _fit(train: Pairs, test: Pairs, cfg: TrainConfig, path: Path, key: dict, every: int) -> dict:
+    """`train_head` with a progress bar, a checkpoint every `every` epochs, and resume."""
+    from tqdm import tqdm
+
+    state = _resume(path, key)
+    bar = tqdm(total=cfg.epochs, initial=state["epoch"] if state else 0, desc="train-reward",
+               unit="epoch", file=sys.stderr)  # fmt: skip
+
+    def on_epoch(s: dict) -> None:
+        bar.update(1)
+        if s["epoch"] % 10 == 0 or s["epoch"] == cfg.epochs:
+            tr, te = evaluate(s["head"], train), evaluate(s["head"], test)
+            bar.set_postfix_str(
+                f"loss={tr['loss']:.3f} acc={tr['acc']:.3f} "
+                f"heldout_loss={te['loss']:.3f} heldout_acc={te['acc']:.3f}"
+            )
+        if s["epoch"] % max(1, every) == 0 or s["epoch"] == cfg.epochs:
+            _save_state(path, s, key)
+
+    state = train_head(train, cfg, state, on_epoch)
+    bar.close()
+    return state
+
+
+def _features(model, records, key: dict, path: Path) -> tuple[Pairs, int]:
+    """Frozen-backbone features of every chunk pair, computed once and cached beside the model."""
+    if path.exists():
+        saved = torch.load(path, weights_only=True)
+        if saved["key"] == key:
+            return Pairs(
+                saved["chosen"], saved["rejected"], saved["length"], tuple(saved["prompt"])
+            ), saved["ties"]
+    pairs, ties = pair_features(model, records)
+    torch.save({"key": key, **asdict(pairs), "prompt": list(pairs.prompt), "ties": ties}, path)
+    return pairs, ties
+
+
+def _resume(path: Path, key: dict) -> dict | None:
+    if not path.exists():
+        return None
+    saved = torch.load(path, weights_only=True)
+    if saved.get("key") != key:
+        raise UserError(f"{path} belongs to a run with other settings; use another --out")
+    return saved["state"]
+
+
+def _save_state(path: Path, state: dict, key: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"key": key, "state": state}, tmp)
+    tmp.replace(path)
+
+
+# --- calibrate-reward ------------------------------------------------------------------------
+
+
+def configure_calibrate_reward(p) -> None:
+    p.add_argument("--checkpoint", required=True, help="reward.pt from train-reward")
+    p.add_argument("--task", required=True)
+    p.add_argument("--split", default="calib", help="calibration split (default calib)")
+    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=10, help="first N examples of the split")
+    p.add_argument("--out", required=True, help="calibration JSON to write")
+    cli.add_decode_args(p, max_new_tokens=None)
+    cli.add_model_args(p)
+
+
+@torch.inference_mode()
+def token_scores(model, prompt_ids: list[int], ids: list[int]) -> list[float]:
+    """The reward of each token of `ids` after `prompt_ids` (one full pass, no cache)."""
+    if not ids:
+        return []
+    device = next(model.parameters()).device
+    scores, _, _ = model(torch.tensor([prompt_ids + ids], device=device))
+    return scores[0, len(prompt_ids) :].tolist()
+
+
+def share_below(scores, threshold: float) -> float:
+    """Share of `scores` strictly below `threshold` (what the router would defer); NaN if none."""
+    return sum(s < threshold for s in scores) / len(scores) if len(scores) else math.nan
+
+
+def run_calibrate_reward(args) -> int:
+    from tqdm import tqdm
+
+    from routers.baselines import SmallOnly
+    from routers.reward import calibrated_threshold, file_sha256, load_reward_model
+    from tasks import get_task
+
+    task = get_task(args.task)
+    examples = task.split(args.split, seed=args.split_seed)[: args.limit]
+    if not examples:
+        raise UserError(f"task {args.task} split {args.split} has no examples")
+    cfg = cli.decode_config(args, stop=tuple(task.stop))
+    if args.max_new_tokens is None:
+        cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
+    engine = cli.load_engine(args)
+    small = engine.backends["small"].info
+    model, ck = load_reward_model(args.checkpoint, small.dtype, small.device)
+    scores = []
+    for ex in tqdm(examples, desc=f"calibrate {task.name}", unit="ex", file=sys.stderr):
+        prompt = engine.encode(ex.messages)
+        gen = engine.generate(SmallOnly(), prompt, cfg)
+        scores += token_scores(model, prompt, list(gen.token_ids))
+    cal = {
+        "checkpoint": str(args.checkpoint),
+        "checkpoint_sha256": file_sha256(args.checkpoint),
+        "task": task.name,
+        "split": args.split,
+        "split_seed": args.split_seed,
+        "example_ids": [ex.id for ex in examples],
+        "decode": {k: v for k, v in cfg.__dict__.items() if k != "eos_ids"},
+        "n_tokens": len(scores),
+        "thresholds": {str(s): calibrated_threshold(scores, s) for s in TARGET_SHARES},
+        "paper_threshold_shares": {str(t): share_below(scores, t) for t in PAPER_THRESHOLDS},
+        "scores": scores,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(cal, indent=1) + "\n")
+    print(f"{args.out}: {len(scores)} token scores from {len(examples)} {args.split} examples")
+    print(
+        "  target share -> threshold: "
+        + ", ".join(f"{s}: {t:.3f}" for s, t in cal["thresholds"].items())
+    )
+    print(
+        "  paper threshold -> share of calib tokens below it: "
+        + ", ".join(f"{t}: {s:.3f}" for t, s in cal["paper_threshold_shares"].items())
+    )
+    return 0

@@ -1,0 +1,102 @@
+"""CITER-style token router (Zheng et al. 2025): an MLP over small's last hidden state.
+
+At each drafted token the MLP reads small's last hidden state and gives P(small's token is good
+enough); below the threshold tau the token is deferred and large generates it. The network and
+its training follow CITER's released code: hidden H -> 2H -> H -> 1 with BatchNorm, ReLU and
+dropout 0.1, a sigmoid output, binary cross-entropy on the token labels of `harness.labels`.
+
+    hybridbench train-citer --task gsm8k --out runs/citer          # writes runs/citer/citer.pt
+    hybridbench run --task gsm8k --router citer --router-arg path=runs/citer/citer.pt --out ...
+    hybridbench run ... --router citer --router-arg path=... --router-arg threshold=0.8
+
+The checkpoint carries the ids of the examples it was trained and calibrated on; the runner
+refuses to evaluate the router on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from harness.errors import UserError
+from routers.base import Needs, StepView, TokenRouter
+
+
+class CiterMLP(nn.Module):
+    """CITER's router network: [N, H] hidden states -> [N] logits of P(small suffices)."""
+
+    def __init__(self, hidden_size: int, dropout: float = 0.1):
+        super().__init__()
+        h = hidden_size
+        self.net = nn.Sequential(
+            nn.Linear(h, 2 * h),
+            nn.BatchNorm1d(2 * h),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(2 * h, h),
+            nn.BatchNorm1d(h),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(h, 1),
+        )
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.net(hidden.float()).squeeze(-1)
+
+
+def load_checkpoint(path: str | Path, kind: str) -> dict:
+    """A router checkpoint written by `harness.train_citer` / `train_query` (no pickle)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"router checkpoint {path} not found")
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if ckpt.get("kind") != kind:
+        raise UserError(f"{path} is a {ckpt.get('kind')!r} checkpoint, not {kind!r}")
+    return ckpt
+
+
+def file_digest(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+class Citer(TokenRouter):
+    """Defers a drafted token when the MLP's P(small suffices) is below `threshold`.
+
+    path:      checkpoint from `hybridbench train-citer`
+    threshold: tau; default the one calibrated on the calib split (see the checkpoint)
+    draft_len: tokens small drafts per step (a speed knob: the kept prefix is the same)
+    """
+
+    name = "citer"
+
+    def __init__(self, path: str, threshold: float | None = None, draft_len: int = 1):
+        ckpt = load_checkpoint(path, "citer")
+        self.path, self.digest = str(path), file_digest(path)
+        self.mlp = CiterMLP(ckpt["hidden_size"])
+        self.mlp.load_state_dict(ckpt["state_dict"])
+        self.mlp.eval()
+        self.threshold = float(ckpt["threshold"] if threshold is None else threshold)
+        if draft_len < 1:
+            raise ValueError(f"draft_len must be >= 1, got {draft_len}")
+        self.draft_len = draft_len
+        self._used = frozenset(ckpt["train_ids"]) | frozenset(ckpt["calib_ids"])
+
+    def needs(self) -> Needs:
+        return Needs(draft_len=self.draft_len, small_hidden=True)
+
+    @torch.inference_mode()
+    def scores(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[k, H] -> [k] P(small's token is good enough)."""
+        return torch.sigmoid(self.mlp(hidden))
+
+    def defer_mask(self, view: StepView) -> torch.Tensor:
+        return self.scores(view.small_hidden) < self.threshold
+
+    def describe(self) -> dict:
+        return {"path": self.path, "threshold": self.threshold, "checkpoint": self.digest}
+
+    def used_example_ids(self) -> frozenset[str]:
+        return self._used

@@ -1,0 +1,323 @@
+"""The reward-token router of the seed paper (reward-token-routing-paper.txt, sections 2.1-2.2).
+
+A small reward model scores every token small proposes; a token scoring at or above `threshold`
+is accepted, otherwise it is discarded and large generates that token. This module holds
+
+  RewardModel     a transformer backbone sharing the pair's tokenizer, its unembedding removed,
+                  plus a bias-free linear head: one scalar per token position (section 2.1)
+  RewardBackend   the `harness.backend.Backend` the core calls under role "reward": it feeds the
+                  drafted tokens into the reward model's own KV cache (never re-reading the
+                  prefix) and returns [n_rows, 1] scores; its forwards are recorded and costed
+                  like any model's (ForwardRecord model "reward", phase "score")
+  RewardRouter    the policy, registered as `reward`: defer where score < threshold
+
+The default backbone is the first 6 of the small model's 24 layers (Qwen2.5-Coder-0.5B), which
+costs about a quarter of small's per-token compute and no vocabulary projection. Checkpoints are
+written by `hybridbench train-reward` (harness/train_reward.py); calibration files by
+`hybridbench calibrate-reward`.
+
+    hybridbench run --task gsm8k --router reward \\
+        --router-arg checkpoint=runs/reward/model/reward.pt --router-arg threshold=1.0 ...
+    hybridbench run --task gsm8k --router reward --router-arg checkpoint=.../reward.pt \\
+        --router-arg target_share=0.3 --router-arg calibration=runs/reward/calib-gsm8k.json ...
+
+The head has no bias (like transformers' sequence-classification heads the paper's RLHF recipe
+uses): a pairwise loss only sees score differences, so an offset could not be learned anyway.
+Absolute thresholds therefore mean something only for one trained checkpoint; the paper's
+1.0 ... 4.0 are on the paper's own scale. `target_share` + a calibration file is the portable knob.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from harness.backend import HFBackend
+from harness.errors import UserError
+from harness.records import ModelInfo
+from routers.base import Needs, StepView, TokenRouter
+
+FORMAT = "hybridbench-reward/1"  # checkpoint format tag
+DEFAULT_LAYERS = 6  # backbone depth: the first 6 of small's 24 layers
+
+
+class RewardModel(torch.nn.Module):
+    """Backbone (a base transformer: no unembedding) + linear head -> one score per token.
+
+    `forward(ids [B, T], past)` returns (scores [B, T] float32, hidden [B, T, H], past).
+    The score at position t reads only tokens <= t (causal attention), so scoring a sequence
+    incrementally through a KV cache gives the same numbers as one full pass.
+    """
+
+    def __init__(self, backbone: torch.nn.Module):
+        super().__init__()
+        self.backbone = backbone
+        device = next(backbone.parameters()).device
+        size = backbone.config.get_text_config().hidden_size
+        self.head = torch.nn.Linear(size, 1, bias=False, device=device, dtype=torch.float32)
+        torch.nn.init.zeros_(self.head.weight)  # an untrained model scores every token 0
+
+    def forward(self, input_ids: torch.Tensor, past_key_values=None):
+        out = self.backbone(
+            input_ids=input_ids,
+            past_key_values=past_key_values,
+            use_cache=past_key_values is not None,
+        )
+        h = out.last_hidden_state
+        return self.head(h.float()).squeeze(-1), h, out.past_key_values
+
+    @property
+    def config(self):
+        return self.backbone.config
+
+
+class RewardBackend(HFBackend):
+    """The reward model behind the core's Backend protocol; outputs are [n_rows, 1] scores."""
+
+    @torch.inference_mode()
+    def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
+        if self.cache is None:
+            self.reset()
+        x = torch.tensor([ids], device=self.device)
+        scores, h, self.cache = self.model(x, self.cache)
+        self.length += len(ids)
+        out = scores[0, -n_rows:, None].float().cpu()
+        return out, (h[0, -n_rows:].float().cpu() if hidden else None)
+
+
+# --- building and loading --------------------------------------------------------------------
+
+
+def load_backbone(source: str, n_layers: int, dtype: str = "bfloat16", device: str = "cpu"):
+    """The first `n_layers` transformer layers of `source` (packaged name, folder or .gguf) as a
+    base model: embeddings, those layers and the final norm; the unembedding is never loaded."""
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    from harness import models
+
+    where, _ = models.resolve_source(source, dtype)
+    config = AutoConfig.from_pretrained(where)
+    text = config.get_text_config()
+    if not 1 <= n_layers <= text.num_hidden_layers:
+        raise UserError(
+            f"reward backbone: layers must be in 1..{text.num_hidden_layers}, got {n_layers}"
+        )
+    text.num_hidden_layers = n_layers
+    if getattr(text, "layer_types", None):
+        text.layer_types = text.layer_types[:n_layers]
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # the skipped layers and lm_head are expected
+    try:
+        model = AutoModel.from_pretrained(
+            where, config=config, dtype=models._check_dtype(dtype), device_map=device
+        )
+    finally:
+        transformers.logging.set_verbosity(level)
+    return model.eval()
+
+
+def build_reward_model(
+    source: str, n_layers: int = DEFAULT_LAYERS, dtype: str = "bfloat16", device: str = "cpu"
+) -> RewardModel:
+    """An untrained reward model (head of zeros) on the first `n_layers` layers of `source`."""
+    return RewardModel(load_backbone(source, n_layers, dtype, device)).eval()
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """A checkpoint's dict (see `save_checkpoint`); a UserError if it is missing or not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"reward checkpoint not found: {path}")
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the user's wrong path
+        raise UserError(f"not a reward checkpoint: {path} ({type(e).__name__})") from None
+    if not isinstance(ck, dict) or ck.get("format") != FORMAT:
+        raise UserError(f"not a reward checkpoint ({FORMAT}): {path}")
+    return ck
+
+
+def save_checkpoint(path: str | Path, model: RewardModel, source: str, **extra) -> None:
+    """Write what rebuilds `model`: backbone source and depth, the head, and the backbone
+    parameters that differ from the source's (`trained`, empty when only the head was trained).
+    `extra` holds training facts (used_example_ids, metrics, args). Written atomically."""
+    path = Path(path)
+    trained = extra.pop("trained", {})
+    ck = {
+        "format": FORMAT,
+        "backbone": source,
+        "n_layers": model.config.get_text_config().num_hidden_layers,
+        "head": model.head.weight.detach().float().cpu().clone(),
+        "trained": {k: v.detach().cpu().clone() for k, v in trained.items()},
+        **extra,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(ck, tmp)
+    tmp.replace(path)
+
+
+def load_reward_model(path: str | Path, dtype: str = "bfloat16", device: str = "cpu"):
+    """(RewardModel, checkpoint dict) from a checkpoint written by `save_checkpoint`."""
+    ck = read_checkpoint(path)
+    model = build_reward_model(ck["backbone"], ck["n_layers"], dtype, device)
+    with torch.no_grad():
+        model.head.weight.copy_(ck["head"])
+        if ck["trained"]:
+            params = dict(model.backbone.named_parameters())
+            for name, value in ck["trained"].items():
+                params[name].copy_(value)
+    return model.eval(), ck
+
+
+def model_info(model: RewardModel, source: str, dtype: str, sha256: str = "") -> ModelInfo:
+    """Cost facts of a reward model, counted like `harness.models.load_model` counts small's."""
+    from harness import models
+
+    size = getattr(torch, dtype).itemsize
+    return ModelInfo(
+        name="reward",
+        source=source,
+        device=str(next(model.parameters()).device),
+        dtype=dtype,
+        n_params=sum(p.numel() for p in model.parameters()),
+        weight_bytes=models.weight_bytes(model),
+        kv_bytes_per_token=models.kv_bytes_per_token(model.config, size),
+        sha256=sha256,
+    )
+
+
+def load_reward_backend(
+    path: str | Path, dtype: str = "bfloat16", device: str = "cpu", tokenizer=None
+) -> RewardBackend:
+    """The "reward" backend for the core; refuses a backbone whose tokenizer differs from
+    `tokenizer` (the pair's): the reward model must read the very token ids small proposes."""
+    from harness import models
+
+    model, ck = load_reward_model(path, dtype, device)
+    if tokenizer is not None:
+        theirs = models.load_tokenizer(ck["backbone"])
+        models.check_same_tokenizer(tokenizer, theirs, ("pair", "reward backbone"))
+    return RewardBackend(model, model_info(model, str(path), dtype, file_sha256(path)))
+
+
+# --- calibration -----------------------------------------------------------------------------
+
+
+def calibrated_threshold(scores, target_share: float) -> float:
+    """The threshold that defers a `target_share` of `scores` (defer = score < threshold):
+    their `target_share` quantile (RouteLLM's calibration). 0 -> -inf, 1 -> +inf.
+    Example: scores [1, 2, 3, 4, 5], target 0.5 -> 3.0 (1 and 2 defer: 40% of five scores)."""
+    import numpy as np
+
+    if target_share <= 0:
+        return -math.inf
+    if target_share >= 1:
+        return math.inf
+    return float(np.quantile(np.asarray(scores, dtype=float), target_share))
+
+
+def read_calibration(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"calibration file not found: {path}")
+    try:
+        cal = json.loads(path.read_text())
+        cal["scores"], cal["checkpoint_sha256"]  # noqa: B018 - required keys
+    except (ValueError, KeyError):
+        raise UserError(f"not a reward calibration file: {path}") from None
+    return cal
+
+
+# --- the router ------------------------------------------------------------------------------
+
+
+class RewardRouter(TokenRouter):
+    """Accept small's token when its reward score >= threshold, else large generates it.
+
+    checkpoint    reward model from `hybridbench train-reward` (needed to run from the CLI)
+    threshold     score below which a token is deferred (-inf: small only, +inf: large only)
+    target_share  instead of threshold: the share of tokens to defer on the calibration split,
+                  turned into a threshold with the scores of `calibration` (same checkpoint)
+    draft_len     tokens small drafts per step; a speed knob, not a policy change (TokenRouter)
+    """
+
+    name = "reward"
+
+    def __init__(
+        self,
+        checkpoint: str | None = None,
+        threshold: float | None = None,
+        target_share: float | None = None,
+        calibration: str | None = None,
+        draft_len: int = 1,
+    ):
+        if (threshold is None) == (target_share is None):
+            raise UserError("router reward needs threshold=X or target_share=S (one of them)")
+        if draft_len < 1:
+            raise UserError(f"router reward: draft_len must be >= 1, got {draft_len}")
+        self.checkpoint, self.draft_len, self.target_share = checkpoint, int(draft_len), None
+        self._ids: frozenset[str] = frozenset()
+        sha = ""
+        if checkpoint:
+            ck = read_checkpoint(checkpoint)
+            self._ids = frozenset(ck.get("used_example_ids", ()))
+            sha = file_sha256(checkpoint)
+        self.calibration = calibration
+        if target_share is not None:
+            if not 0 <= target_share <= 1:
+                raise UserError(
+                    f"router reward: target_share must be in [0, 1], got {target_share}"
+                )
+            if not calibration:
+                raise UserError("router reward: target_share needs calibration=FILE")
+            cal = read_calibration(calibration)
+            if sha and cal["checkpoint_sha256"] != sha:
+                raise UserError(f"{calibration} was made with another checkpoint than {checkpoint}")
+            self._ids |= frozenset(cal.get("example_ids", ()))
+            self.target_share = float(target_share)
+            threshold = calibrated_threshold(cal["scores"], self.target_share)
+        self.threshold = float(threshold)
+
+    def needs(self) -> Needs:
+        return Needs(draft_len=self.draft_len, reward=True)
+
+    def defer_mask(self, view: StepView) -> torch.Tensor:
+        return view.reward < self.threshold
+
+    def backends(self, engine) -> dict:
+        """The models this router brings besides the pair: {"reward": RewardBackend}, on small's
+        device and in small's dtype. Called by `harness.cli.load_engine`."""
+        if not self.checkpoint:
+            raise UserError(
+                "router reward needs checkpoint=PATH (made by hybridbench train-reward)"
+            )
+        small = engine.backends["small"].info
+        backend = load_reward_backend(self.checkpoint, small.dtype, small.device, engine.tokenizer)
+        return {"reward": backend}
+
+    def describe(self) -> dict:
+        out = {
+            "threshold": self.threshold,
+            "checkpoint": self.checkpoint,
+            "draft_len": self.draft_len,
+        }
+        if self.target_share is not None:
+            out.update(target_share=self.target_share, calibration=self.calibration)
+        return out
+
+    def used_example_ids(self) -> frozenset[str]:
+        return self._ids

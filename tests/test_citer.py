@@ -1,0 +1,217 @@
+"""The token label dataset, CITER's router MLP and `train-citer`, on tiny random models."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from harness import labels
+from harness.core import DecodeConfig, generate
+from harness.engine import Engine
+from harness.labels import LabelConfig, TokenLabels, build_labels, relabel_rollouts
+from harness.train_citer import FitConfig, train_mlp
+from routers import get_router
+from routers.base import Decision, Needs, Router
+from routers.baselines import SmallOnly
+from routers.citer import CiterMLP
+from tasks.base import Example, Task, user_message
+from tests.tiny import tiny_backends, tiny_tokenizer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine(tiny_tokenizer(), tiny_backends())
+
+
+class FakeTask(Task):
+    """Three prompts with reference solutions; score() returns a fixed verdict."""
+
+    name, metric, stop, max_new_tokens = "fake", "acc", (), 16
+
+    def __init__(self, verdict: float = 1.0):
+        self.verdict = verdict
+
+    def read(self):
+        return [
+            Example(f"fake/{i}", user_message(f"q{i} 2+{i}?"), str(2 + i), {"solution": s})
+            for i, s in enumerate(["so 2+0 = <<2+0=2>>2\n#### 2", "add: 3\n#### 3", "4 #### 4"])
+        ]
+
+    def score(self, example, completion):
+        return {"acc": self.verdict}
+
+
+class Recorder(Router):
+    """Keeps every drafted token and records small's hidden state at each step."""
+
+    def __init__(self):
+        self.hidden = []
+
+    def needs(self):
+        return Needs(draft_len=1, small_hidden=True)
+
+    def decide(self, view):
+        self.hidden.append(view.small_hidden[0])
+        return Decision(keep=1, defer=False)
+
+
+def test_reference_text_drops_calculator_annotations():
+    ex = FakeTask().load()[0]
+    assert labels.reference_text(ex) == "so 2+0 = 2\n#### 2"
+
+
+def test_teacher_forcing_matches_the_core(engine):
+    """Along small's own greedy answer: small's token equals the trajectory everywhere, the
+    hidden state equals what the core shows a router, large's token is large's argmax."""
+    prompt = engine.encode("hello there")
+    rec = Recorder()
+    g = generate(engine.backends, rec, prompt, DecodeConfig(max_new_tokens=12))
+    traj = list(g.token_ids)
+    cols = labels.teacher_force(engine.backends, prompt, traj, top_k=3, chunk=5)
+    assert cols["small_token"].tolist() == traj
+    torch.testing.assert_close(
+        cols["hidden"].float(), torch.stack(rec.hidden).to(torch.bfloat16).float()
+    )
+    with torch.no_grad():
+        for i in (0, 5, 11):
+            ref = engine.backends["large"].model(torch.tensor([prompt + traj[:i]])).logits[0, -1]
+            assert int(cols["large_token"][i]) == int(ref.argmax())
+    assert torch.all(cols["large_topk_ids"][:, 0] == cols["large_token"])
+    assert torch.all(cols["small_topk_probs"][:, :-1] >= cols["small_topk_probs"][:, 1:])
+
+
+def test_reference_labels_follow_the_shortcut(engine):
+    task = FakeTask(verdict=1.0)
+    cfg = LabelConfig(mode="reference", max_rollouts=2, rollout_tokens=4, top_k=2)
+    ex = task.load()[0]
+    cols, _ = labels.label_example(engine, task, ex, cfg, 0, rollout=SmallOnly())
+    ctx, s, lg = cols["context_token"], cols["small_token"], cols["large_token"]
+    src, lab = cols["label_source"], cols["label"]
+    assert torch.equal(src == labels.SMALL_MATCH, s == ctx)
+    assert torch.equal(src == labels.LARGE_MATCH, (lg == ctx) & (s != ctx))
+    both_miss = (s != ctx) & (lg != ctx)
+    assert int((src == labels.ROLLOUT).sum()) == min(2, int(both_miss.sum())) > 0
+    assert torch.all(lab[src == labels.SMALL_MATCH] == 1)
+    assert torch.all(lab[src == labels.LARGE_MATCH] == 0)
+    assert torch.all(lab[src == labels.ROLLOUT] == 1)  # the task says every rollout is right
+    assert torch.all(lab[src == labels.UNLABELLED] == -1)
+    assert ctx[-1] == engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_label_free_labels_are_agreement(engine):
+    cfg = LabelConfig(mode="label_free", max_new_tokens=10)
+    ex = FakeTask().load()[1]
+    cols, _ = labels.label_example(engine, FakeTask(), ex, cfg, 0)
+    agree = cols["small_token"] == cols["large_token"]
+    assert torch.equal(cols["label"] == 1, agree) and 0 < int(agree.sum()) < len(agree)
+
+
+def test_file_roundtrip_resume_and_second_round(engine, tmp_path, monkeypatch):
+    task = FakeTask(verdict=1.0)
+    cfg = LabelConfig(mode="reference", max_rollouts=1, rollout_tokens=3, top_k=2)
+    path = tmp_path / "labels.safetensors"
+    exs = task.load()
+    first = build_labels(engine, task, exs[:2], cfg, path, progress=False)
+    calls = []
+    real = labels.label_example
+    monkeypatch.setattr(labels, "label_example", lambda *a, **k: calls.append(1) or real(*a, **k))
+    data = build_labels(engine, task, exs, cfg, path, progress=False)
+    assert len(calls) == 1  # the two examples already in the file were not labelled again
+    loaded = TokenLabels.load(path)
+    assert loaded.meta["done"] == [e.id for e in exs] and len(loaded) == len(data) > len(first)
+    for c in labels.COLUMNS:
+        assert torch.equal(loaded[c], data[c])
+    assert loaded["hidden"].dtype == torch.bfloat16 and loaded["label"].dtype == torch.int8
+    with pytest.raises(Exception, match="other settings"):
+        build_labels(engine, task, exs, replace(cfg, top_k=3), path, progress=False)
+    # round 2: the rollout positions are re-decided with another router (here: wrong answers)
+    r2 = relabel_rollouts(
+        engine, FakeTask(verdict=0.0), exs, loaded, SmallOnly(), tmp_path / "r2.st", False
+    )
+    rolled = loaded["label_source"] == labels.ROLLOUT
+    assert r2.meta["round"] == 2 and rolled.any()
+    assert torch.all(r2["label"][rolled] == 0) and torch.all(loaded["label"][rolled] == 1)
+    assert torch.equal(r2["label"][~rolled], loaded["label"][~rolled])
+
+
+def test_mlp_training_learns_a_separable_signal():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(800, 16, generator=g)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).float()
+    groups = torch.arange(800) // 10
+    mlp, stats = train_mlp(x, y, groups, FitConfig(epochs=15, seed=0), progress=False)
+    assert stats["val_acc"] > 0.9 and stats["val_rows"] == 160
+
+
+def save_citer(path, bias: float, hidden=48, train_ids=("fake/0",), calib_ids=("fake/1",)):
+    mlp = CiterMLP(hidden)
+    with torch.no_grad():
+        mlp.net[-1].weight.zero_()
+        mlp.net[-1].bias.fill_(bias)
+    torch.save(
+        {
+            "kind": "citer",
+            "hidden_size": hidden,
+            "state_dict": mlp.state_dict(),
+            "threshold": 0.5,
+            "train_ids": list(train_ids),
+            "calib_ids": list(calib_ids),
+        },
+        path,
+    )
+    return str(path)
+
+
+def test_citer_router_keeps_or_defers_by_threshold(engine, tmp_path):
+    path = save_citer(tmp_path / "c.pt", bias=2.0)  # P(small suffices) = sigmoid(2) = 0.88
+    prompt = engine.encode("hi")
+    cfg = DecodeConfig(max_new_tokens=10)
+
+    def run(router):
+        return generate(engine.backends, router, prompt, cfg)
+
+    keep = run(get_router("citer", {"path": path}))
+    assert keep.token_ids == run(SmallOnly()).token_ids and set(keep.provenance) == {0}
+    defer = run(get_router("citer", {"path": path, "threshold": 0.9}))
+    assert defer.token_ids == run(get_router("large")).token_ids and set(defer.provenance) == {1}
+    r = get_router("citer", {"path": path, "draft_len": 3})
+    assert r.used_example_ids() == {"fake/0", "fake/1"} and r.needs().draft_len == 3
+
+
+def test_missing_checkpoint_is_a_user_error(tmp_path):
+    from harness.errors import UserError
+
+    with pytest.raises(UserError, match="not found"):
+        get_router("citer", {"path": str(tmp_path / "nope.pt")})
+
+
+def test_train_citer_cli_end_to_end(tmp_path):
+    """train-citer (label_free: random tiny models never match a reference) on the tiny pair and
+    gsm8k, 2 rounds; then the runner refuses the train split and evaluates on test."""
+    from harness.cli import main
+    from tests.tiny import save_tiny_pair
+
+    small, large = save_tiny_pair(tmp_path / "m")
+    models = ["--small", small, "--large", large, "--dtype", "float32", "--threads", "1"]
+    out = tmp_path / "citer"
+    args = ["train-citer", "--task", "gsm8k", "--train-limit", "3", "--calib-limit", "1"]
+    args += ["--mode", "label_free", "--max-new-tokens", "12", "--epochs", "2", "--out", str(out)]
+    assert main(args + models) == 0
+    for f in ("labels_r1.safetensors", "labels_r2.safetensors", "citer_r1.pt", "citer.pt"):
+        assert (out / f).exists(), f
+    ckpt = torch.load(out / "citer.pt", weights_only=True)
+    assert ckpt["round"] == 2 and len(ckpt["train_ids"]) == 3 and 0 < ckpt["threshold"] < 1
+    run = ["run", "--task", "gsm8k", "--router", "citer", "--router-arg", f"path={out}/citer.pt"]
+    run += ["--limit", "1", "--max-new-tokens", "4", *models]
+    assert main([*run, "--split", "train", "--out", str(tmp_path / "r1")]) == 2
+    assert main([*run, "--split", "test", "--out", str(tmp_path / "r2")]) == 0

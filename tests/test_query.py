@@ -1,0 +1,135 @@
+"""Query-level routers and `train-query` on tiny random models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.core import DecodeConfig, generate
+from harness.engine import Engine
+from harness.train_query import features, fit_logistic
+from routers import get_router
+from routers.base import Needs, QueryView, Router
+from routers.query import QueryClassifier, share_threshold
+from tests.tiny import tiny_backends, tiny_tokenizer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine(tiny_tokenizer(), tiny_backends())
+
+
+def test_share_threshold_is_a_quantile():
+    s = torch.tensor([0.4, 0.1, 0.3, 0.2])
+    assert share_threshold(s, 0.5) == pytest.approx(0.25)
+    assert (s < share_threshold(s, 0.25)).sum() == 1
+    assert (s < share_threshold(s, 0.0)).sum() == 0 and (s < share_threshold(s, 1.0)).sum() == 4
+
+
+def test_logistic_regression_learns_and_cross_validates():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(80, 8, generator=g) * 5 + 3  # standardization matters
+    y = (x[:, 0] - 3 > 0).float()
+    clf, stats = fit_logistic(x, y)
+    with torch.no_grad():
+        acc = float(((clf(x) > 0).float() == y).float().mean())
+    assert acc > 0.9 and stats["cv_log_loss"] < stats["prior_log_loss"]
+
+
+def save_query(path, bias: float, hidden=48, calib=(0.1, 0.2, 0.3, 0.4, 0.5), share=0.4):
+    clf = QueryClassifier(hidden)
+    with torch.no_grad():
+        clf.linear.weight.zero_()
+        clf.linear.bias.fill_(bias)
+    torch.save(
+        {
+            "kind": "query",
+            "hidden_size": hidden,
+            "state_dict": clf.state_dict(),
+            "threshold": share_threshold(torch.tensor(calib), share),
+            "share": share,
+            "calib_scores": list(calib),
+            "train_ids": ["t/1"],
+            "calib_ids": ["c/1"],
+        },
+        path,
+    )
+    return str(path)
+
+
+def test_query_router_sends_the_whole_answer_one_way(engine, tmp_path):
+    path = save_query(tmp_path / "q.pt", bias=0.0)  # P(small correct) = 0.5 for every prompt
+    prompt = engine.encode("what is 2+2?")
+    cfg = DecodeConfig(max_new_tokens=10)
+    small = generate(engine.backends, get_router("small"), prompt, cfg)
+    large = generate(engine.backends, get_router("large"), prompt, cfg)
+    r = get_router("query", {"path": path})  # tau = 0.35 from calib (share 0.4): 0.5 stays
+    g = generate(engine.backends, r, prompt, cfg)
+    assert g.query_route == "small" and g.token_ids == small.token_ids
+    assert set(g.provenance) == {0} and not any(s.large_called for s in g.steps)
+    r = get_router("query", {"path": path, "share": 1.0})  # every calib prompt below tau
+    g = generate(engine.backends, r, prompt, cfg)
+    assert g.query_route == "large" and g.token_ids == large.token_ids
+    assert set(g.provenance) == {1}
+    assert r.used_example_ids() == {"t/1", "c/1"} and r.threshold > 0.5
+
+
+def test_features_are_what_the_core_shows_a_query_router(engine):
+    seen = []
+
+    class Spy(Router):
+        def needs(self):
+            return Needs(query=True)
+
+        def route_query(self, view: QueryView) -> bool:
+            seen.append(view.prompt_hidden)
+            return False
+
+    from tasks.base import Example, user_message
+
+    ex = Example("x/0", user_message("count to three"), "3")
+    generate(engine.backends, Spy(), engine.encode(ex.messages), DecodeConfig(max_new_tokens=1))
+    torch.testing.assert_close(features(engine, [ex])[0], seen[0])
+
+
+def test_random_query_share_and_reproducibility(engine):
+    r = get_router("random_query", {"p": 0.3})
+    gen = lambda: torch.Generator().manual_seed(0)  # noqa: E731 - what the core does per prompt
+    prompts = [torch.tensor([1, 2, i, i * 7 % 50]) for i in range(400)]
+    routes = [r.route_query(QueryView(p, torch.zeros(4), gen())) for p in prompts]
+    assert 0.25 < sum(routes) / len(routes) < 0.35  # binomial sd 0.023 around 0.3
+    again = [r.route_query(QueryView(p, torch.zeros(4), gen())) for p in prompts]
+    assert routes == again
+    other = [
+        r.route_query(QueryView(p, torch.zeros(4), torch.Generator().manual_seed(1)))
+        for p in prompts
+    ]
+    assert routes != other
+
+
+def test_train_query_cli_end_to_end(tmp_path):
+    """train-query on the tiny pair and gsm8k (labels by decoding), then the runner refuses
+    the calib split and runs on test."""
+    from harness.cli import main
+    from tests.tiny import save_tiny_pair
+
+    small, large = save_tiny_pair(tmp_path / "m")
+    models = ["--small", small, "--large", large, "--dtype", "float32", "--threads", "1"]
+    out = tmp_path / "q"
+    args = ["train-query", "--task", "gsm8k", "--train-limit", "6", "--calib-limit", "4"]
+    assert main([*args, "--max-new-tokens", "4", "--share", "0.5", "--out", str(out), *models]) == 0
+    ckpt = torch.load(out / "query.pt", weights_only=True)
+    scores = torch.tensor(ckpt["calib_scores"])
+    assert len(scores) == 4 and int((scores < ckpt["threshold"]).sum()) == 2
+    run = ["run", "--task", "gsm8k", "--router", "query", "--router-arg", f"path={out}/query.pt"]
+    run += ["--limit", "2", "--max-new-tokens", "3", *models]
+    assert main([*run, "--split", "calib", "--out", str(tmp_path / "r1")]) == 2
+    assert main([*run, "--split", "test", "--out", str(tmp_path / "r2")]) == 0

@@ -1,0 +1,409 @@
+"""The reward-token router on tiny random models: equivalences, causality of the incremental
+reward cache, the pairwise loss, calibration, and the CLI pipeline data -> train -> calibrate -> run."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from harness.core import DecodeConfig, generate
+from harness.reward_data import SynthConfig, chunk_lengths, synthesize_one
+from harness.train_reward import (
+    TrainConfig,
+    evaluate,
+    pair_features,
+    preference_loss,
+    select_l2,
+    token_scores,
+    train_head,
+)
+from routers import get_router
+from routers.reward import (
+    RewardBackend,
+    RewardModel,
+    RewardRouter,
+    calibrated_threshold,
+    model_info,
+)
+from tests.test_core import PROMPT, hf_greedy
+from tests.tiny import tiny_backends, tiny_model
+
+N = 24
+
+
+def tiny_reward(seed: int = 5) -> RewardModel:
+    """A 2-layer random backbone (the tiny pair's vocabulary) with a random head."""
+    model = RewardModel(tiny_model(seed, layers=2, hidden=48).model).eval()
+    with torch.no_grad():
+        model.head.weight.normal_(0, 1, generator=torch.Generator().manual_seed(seed))
+    return model
+
+
+@pytest.fixture(scope="module")
+def models():
+    backends = tiny_backends()
+    reward = tiny_reward()
+    backends["reward"] = RewardBackend(reward, model_info(reward, "tiny", "float32"))
+    return backends
+
+
+@pytest.fixture(scope="module")
+def greedy(models):
+    return {role: hf_greedy(models[role]) for role in ("small", "large")}
+
+
+@pytest.fixture(scope="module")
+def median(models):
+    """The median reward of small's greedy tokens: a threshold that both keeps and defers."""
+    probe = Recording(threshold=-math.inf)
+    run(models, probe)
+    return float(torch.cat([r for _, r in probe.seen]).median())
+
+
+def run(models, router, **cfg):
+    return generate(models, router, PROMPT, DecodeConfig(**{"max_new_tokens": N, **cfg}))
+
+
+class Recording(RewardRouter):
+    """The reward router, keeping every reward score the core showed it."""
+
+    def reset(self):
+        self.seen = []
+
+    def decide(self, view):
+        self.seen.append((view.n_generated, view.reward.clone()))
+        return super().decide(view)
+
+
+# --- routing -----------------------------------------------------------------------------------
+
+
+def test_threshold_minus_inf_equals_small_greedy(models, greedy):
+    g = run(models, RewardRouter(threshold=-math.inf))
+    assert list(g.token_ids) == greedy["small"]
+    assert set(g.provenance) == {0} and not any(s.large_called for s in g.steps)
+    reward = [f.phase for f in g.forwards if f.model == "reward"]
+    assert reward == ["prefill"] + ["score"] * (N - 1)  # one pass per drafted token, cached
+
+
+def test_threshold_plus_inf_equals_large_greedy(models, greedy):
+    g = run(models, RewardRouter(threshold=math.inf))
+    assert list(g.token_ids) == greedy["large"]
+    assert set(g.provenance) == {1}
+
+
+@pytest.mark.parametrize("draft_len", [1, 3])
+def test_accept_at_or_above_threshold_else_large(models, median, draft_len):
+    """Every drafted token scoring >= threshold was kept, the first one below it was replaced by
+    large's token; with a median threshold both happen."""
+    router = Recording(threshold=median, draft_len=draft_len)
+    g = run(models, router)
+    assert 0 < sum(g.provenance) < len(g.provenance)
+    for n, rewards in router.seen:
+        below = (rewards < median).nonzero().flatten().tolist()
+        kept = below[0] if below else len(rewards)
+        assert g.provenance[n : n + kept] == (0,) * kept
+        if below and n + kept < len(g.provenance):
+            assert g.provenance[n + kept] == 1
+
+
+# --- causality: the incremental cache equals a full forward ----------------------------------
+
+
+def test_reward_at_a_position_ignores_later_tokens():
+    model = tiny_reward()
+    seq = PROMPT + [40, 41, 42, 43, 44]
+    full = token_scores(model, [], seq)
+    for cut in (3, len(PROMPT), len(seq) - 1):
+        assert token_scores(model, [], seq[:cut]) == pytest.approx(full[:cut], abs=1e-5)
+
+
+def test_incremental_cache_with_rollback_matches_full_forward():
+    model = tiny_reward()
+    b = RewardBackend(model, model_info(model, "tiny", "float32"))
+    b.reset()
+    seq = PROMPT + [40, 41, 42]
+    b.forward(PROMPT, 1)
+    inc = b.forward([40, 41, 42], 3)[0][:, 0]
+    assert b.length == len(seq)
+    torch.testing.assert_close(
+        inc, torch.tensor(token_scores(model, [], seq)[-3:]), atol=1e-5, rtol=0
+    )
+    b.crop(len(PROMPT) + 1)  # reject 41, 42; take another branch
+    got = b.forward([50, 51], 2)[0][:, 0]
+    ref = token_scores(model, [], PROMPT + [40, 50, 51])[-2:]
+    torch.testing.assert_close(got, torch.tensor(ref), atol=1e-5, rtol=0)
+
+
+def test_scores_seen_during_decoding_equal_full_forward_scores(models, median):
+    """What the core showed the router for each kept token equals one full pass over the
+    final sequence: the reward cache never re-read or mis-aligned the prefix across rollbacks."""
+    router = Recording(threshold=median, draft_len=3)
+    g = run(models, router)
+    full = token_scores(models["reward"].model, PROMPT, list(g.token_ids))
+    checked = 0
+    for n, rewards in router.seen:
+        for i, r in enumerate(rewards.tolist()):
+            if n + i < len(g.provenance) and g.provenance[n + i] == 0 and r >= median:
+                assert r == pytest.approx(full[n + i], abs=1e-5)
+                checked += 1
+            else:
+                break
+    assert checked > 5
+
+
+def test_reward_cost_is_recorded_and_cheaper_than_small(models):
+    g = run(models, RewardRouter(threshold=0.0))
+    scored = [f for f in g.forwards if f.model == "reward"]
+    assert len(scored) == len(g.steps) and all(f.tokens_in >= 1 for f in scored)
+    assert models["reward"].info.weight_bytes < models["small"].info.weight_bytes
+    assert models["reward"].info.kv_bytes_per_token < models["small"].info.kv_bytes_per_token
+
+
+# --- loss and training -----------------------------------------------------------------------
+
+
+def test_preference_loss_sign_and_value():
+    assert float(preference_loss(torch.zeros(3), torch.zeros(3))) == pytest.approx(math.log(2))
+    assert float(preference_loss(torch.tensor([2.0]), torch.tensor([0.0]))) < math.log(2)
+    assert float(preference_loss(torch.tensor([0.0]), torch.tensor([2.0]))) > math.log(2)
+
+
+def toy_records(n: int = 12) -> list[dict]:
+    """A separable preference set: chosen chunks are runs of one token, rejected of another."""
+    rng = random.Random(0)
+    out = []
+    for i in range(n):
+        prompt = [rng.randrange(3, 100) for _ in range(6)]
+        large, small = [40] * 10, [70] * 10
+        chunks = [{"length": n, "chosen": large[:n], "rejected": small[:n]} for n in (1, 4, 10)]
+        out.append(
+            {
+                "id": f"toy/{i}",
+                "prompt_ids": prompt,
+                "large": {"ids": large},
+                "small": {"ids": small},
+                "chunks": chunks,
+            }
+        )
+    return out
+
+
+def test_loss_decreases_on_a_separable_toy_set():
+    model = tiny_reward()
+    pairs, ties = pair_features(model, toy_records())
+    assert ties == 0 and len(pairs) == 36
+    history = []
+    state = train_head(
+        pairs,
+        TrainConfig(epochs=20, lr=1e-2, l2=0.0, batch_size=16),
+        on_epoch=lambda s: history.append(evaluate(s["head"], pairs)["loss"]),
+    )
+    assert evaluate(torch.zeros_like(state["head"]), pairs)["loss"] == pytest.approx(math.log(2))
+    assert math.log(2) > history[0] > history[5] > history[-1]
+    assert history[-1] < 0.1 * math.log(2)
+    assert evaluate(state["head"], pairs)["acc"] == 1.0
+
+
+def test_training_resumes_to_the_same_head():
+    pairs, _ = pair_features(tiny_reward(), toy_records())
+    cfg = TrainConfig(epochs=10, lr=1e-2, l2=0.1, batch_size=8)
+    saved = {}
+    full = train_head(pairs, cfg, on_epoch=lambda s: saved.setdefault(s["epoch"], s))
+    resumed = train_head(pairs, cfg, state=saved[4])
+    torch.testing.assert_close(resumed["head"], full["head"])
+
+
+def test_l2_is_chosen_by_cross_validation_over_prompts():
+    """On a separable set the weakest penalty predicts unseen prompts best."""
+    pairs, _ = pair_features(tiny_reward(), toy_records())
+    best, table = select_l2(pairs, TrainConfig(epochs=10, batch_size=16), grid=(0.01, 10.0))
+    assert best == 0.01 and table[0.01] < table[10.0] < math.log(2)
+
+
+def test_ties_are_dropped():
+    recs = toy_records(2)
+    recs[0]["chunks"].append({"length": 2, "chosen": [40, 40], "rejected": [40, 40]})
+    pairs, ties = pair_features(tiny_reward(), recs)
+    assert ties == 1 and len(pairs) == 6
+
+
+# --- data synthesis --------------------------------------------------------------------------
+
+
+def test_chunk_lengths():
+    rng = random.Random(0)
+    got = chunk_lengths(30, 7, 16, rng)
+    assert got == list(range(1, 8))  # fewer lengths than asked: every one of 1..min
+    got = chunk_lengths(100, 50, 5, rng)
+    assert len(got) == 5 == len(set(got)) and all(1 <= n <= 50 for n in got)
+    assert chunk_lengths(0, 9, 4, rng) == []
+
+
+def test_synthesis_pairs_same_length_chunks_and_is_seeded(models):
+    from harness.engine import Engine
+    from tasks.base import Example, user_message
+    from tests.tiny import tiny_tokenizer
+
+    engine = Engine(tiny_tokenizer(), {k: models[k] for k in ("small", "large")})
+    ex = Example("toy/1", user_message("What is 2+3?"), "5")
+    cfg = SynthConfig(max_new_tokens=20, chunks=5, seed=3)
+    a, b = synthesize_one(engine, "toy", ex, cfg), synthesize_one(engine, "toy", ex, cfg)
+    assert a == b
+    assert a["small"]["temperature"] != a["large"]["temperature"]
+    for c in a["chunks"]:
+        assert len(c["chosen"]) == len(c["rejected"]) == c["length"]
+        assert c["chosen"] == a["large"]["ids"][: c["length"]]
+        assert c["rejected"] == a["small"]["ids"][: c["length"]]
+    assert a != synthesize_one(engine, "toy", ex, SynthConfig(max_new_tokens=20, chunks=5, seed=4))
+
+
+# --- calibration and router arguments --------------------------------------------------------
+
+
+def test_calibrated_threshold_hits_the_target_share():
+    assert calibrated_threshold([1, 2, 3, 4, 5], 0.5) == 3.0
+    scores = torch.randn(10_000, generator=torch.Generator().manual_seed(0)).tolist()
+    for target in (0.1, 0.3, 0.9):
+        t = calibrated_threshold(scores, target)
+        assert sum(s < t for s in scores) / len(scores) == pytest.approx(target, abs=1e-3)
+    assert calibrated_threshold(scores, 0.0) == -math.inf
+    assert calibrated_threshold(scores, 1.0) == math.inf
+
+
+def test_router_argument_errors_are_user_errors(tmp_path):
+    from harness.errors import UserError
+
+    with pytest.raises(UserError, match="threshold=X or target_share"):
+        get_router("reward", {})
+    with pytest.raises(UserError, match="calibration=FILE"):
+        get_router("reward", {"target_share": 0.3})
+    with pytest.raises(UserError, match="checkpoint not found"):
+        get_router("reward", {"threshold": 1.0, "checkpoint": str(tmp_path / "nope.pt")})
+    (tmp_path / "bad.pt").write_text("not a checkpoint")
+    with pytest.raises(UserError, match="not a reward checkpoint"):
+        get_router("reward", {"threshold": 1.0, "checkpoint": str(tmp_path / "bad.pt")})
+
+
+# --- the command line, end to end on the tiny pair -------------------------------------------
+
+
+def test_cli_data_train_calibrate_run(tmp_path, capsys):
+    from harness.cli import main
+    from tests.tiny import save_tiny_pair
+
+    small, large = save_tiny_pair(tmp_path / "pair")
+    pair = ["--small", small, "--large", large, "--dtype", "float32", "--threads", "1"]
+    data, model = tmp_path / "data", tmp_path / "model"
+    argv = [
+        "reward-data",
+        "--out",
+        str(data),
+        "--tasks",
+        "gsm8k,commonsense_qa",
+        "--prompts",
+        "6",
+        "--max-new-tokens",
+        "12",
+        "--chunks",
+        "4",
+        *pair,
+    ]
+    assert main(argv) == 0
+    rows = [json.loads(x) for x in (data / "pairs.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and {r["task"] for r in rows} == {"gsm8k", "commonsense_qa"}
+    assert all(
+        r["id"] in json.loads((data / "manifest.json").read_text())["example_ids"] for r in rows
+    )
+    (data / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]) + '{"cut')
+    assert main(argv) == 0  # resume: a half-written line is dropped, the 2 missing redone
+    again = [json.loads(x) for x in (data / "pairs.jsonl").read_text().splitlines()]
+    assert again == rows
+
+    train = [
+        "train-reward",
+        "--data",
+        str(data),
+        "--out",
+        str(model),
+        "--layers",
+        "2",
+        "--dtype",
+        "float32",
+        "--l2",
+        "0.1",
+        "--epochs",
+        "20",
+        "--holdout",
+        "0.34",
+        "--save-every",
+        "5",
+    ]
+    assert main(train) == 0
+    metrics = json.loads((model / "metrics.json").read_text())
+    assert metrics["n_pairs"]["train"] > 0 and metrics["n_pairs"]["heldout"] > 0
+    assert metrics["final"]["train"]["loss"] < metrics["untrained"]["train"]["loss"]
+    assert main(train) == 0  # resumes from train_state.pt at the last epoch: same head
+    ck = str(model / "reward.pt")
+
+    cal = tmp_path / "calib.json"
+    assert (
+        main(
+            [
+                "calibrate-reward",
+                "--checkpoint",
+                ck,
+                "--task",
+                "gsm8k",
+                "--limit",
+                "2",
+                "--max-new-tokens",
+                "10",
+                "--out",
+                str(cal),
+                *pair,
+            ]
+        )
+        == 0
+    )
+    c = json.loads(cal.read_text())
+    assert c["n_tokens"] == len(c["scores"]) > 0 and c["split"] == "calib"
+
+    out = tmp_path / "run"
+    run = [
+        "run",
+        "--task",
+        "gsm8k",
+        "--router",
+        "reward",
+        "--router-arg",
+        f"checkpoint={ck}",
+        "--router-arg",
+        "target_share=0.5",
+        "--router-arg",
+        f"calibration={cal}",
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "10",
+        "--out",
+        str(out),
+        *pair,
+    ]
+    assert main(run) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["models"]["reward"]["n_params"] < manifest["models"]["small"]["n_params"]
+    assert manifest["router_args"]["threshold"] == c["thresholds"]["0.5"]
+    rec = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    assert "reward" in rec["generation"]["forwards"]["model"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["bytes_reward"] > 0
+
+    # evaluating on the calib examples the threshold was calibrated on is refused
+    again = [*run[: run.index("--limit")], "--split", "calib", "--limit", "2"]
+    assert main([*again, "--out", str(tmp_path / "r2"), *pair]) == 2
+    assert "trained/calibrated on 2 of these 2 examples" in capsys.readouterr().err
