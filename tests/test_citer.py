@@ -20,14 +20,6 @@ from tasks.base import Example, Task, user_message
 from tests.tiny import tiny_backends, tiny_tokenizer
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def engine():
     return Engine(tiny_tokenizer(), tiny_backends())

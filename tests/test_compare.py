@@ -10,18 +10,6 @@ import pytest
 from harness.cli import main
 from harness.compare import compare, load_run
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models gain nothing from threads, and a busy 2-core machine makes them crawl."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 MANIFEST = {"task": "t", "split": "test", "metric": "acc", "router": "r", "router_args": {}}
 
 

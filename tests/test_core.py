@@ -21,7 +21,8 @@ def pair():
     return tiny_backends()
 
 
-def hf_greedy(backend, n=N):
+def hf_greedy(backend, n=N, **kw):
+    """Reference: transformers' own greedy `generate` for exactly n tokens (EOS ignored)."""
     out = backend.model.generate(
         torch.tensor([PROMPT]),
         max_new_tokens=n,
@@ -29,6 +30,7 @@ def hf_greedy(backend, n=N):
         do_sample=False,
         eos_token_id=None,
         pad_token_id=0,
+        **kw,
     )
     return out[0, len(PROMPT) :].tolist()
 

@@ -14,14 +14,6 @@ from routers.query import QueryClassifier, share_threshold
 from tests.tiny import tiny_backends, tiny_tokenizer
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def engine():
     return Engine(tiny_tokenizer(), tiny_backends())

@@ -33,14 +33,6 @@ N_TOKENS = 24
 FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "timeout_s": 20.0}  # retries in milliseconds
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def server_binary() -> str | None:
     for cand in (os.environ.get("HYBRIDBENCH_LLAMA_SERVER"), cache_dir() / "bin" / "llama-server"):
         if cand and Path(cand).is_file():

@@ -15,37 +15,13 @@ from harness.sampling import distribution
 from routers import get_router
 from routers.base import StepView
 from routers.speculative import Speculative, greedy_accept, speculative_sampling
+from tests.test_core import PROMPT, N, hf_greedy
 from tests.tiny import tiny_backends
-
-PROMPT = [1, 33, 31, 17, 30, 99, 20, 21, 97, 32, 20, 17, 2, 99, 1, 13]
-N = 24
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: torch's thread pool only adds overhead (x1000 on a loaded 2-core machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
 def pair():
     return tiny_backends()
-
-
-def hf_greedy(backend, n=N, **kw):
-    out = backend.model.generate(
-        torch.tensor([PROMPT]),
-        max_new_tokens=n,
-        min_new_tokens=n,
-        do_sample=False,
-        eos_token_id=None,
-        pad_token_id=0,
-        **kw,
-    )
-    return out[0, len(PROMPT) :].tolist()
 
 
 def spec(pair, args, **cfg):
