@@ -12,7 +12,8 @@ Settings. A router class may define a classmethod `sweep_settings(targets: list[
 list[dict]`, the router arguments of each setting (`random`: p = each target; `entropy` and
 `confidence`: a fixed threshold grid, see routers/baselines.py). A router without it (small,
 large, oracle) runs once, setting `default`. `--router-arg ROUTER:K=V` adds a fixed argument to
-every setting of ROUTER (a checkpoint, a calibration file).
+every setting of ROUTER (a checkpoint, a calibration file); one that names a swept argument
+(`entropy:threshold=1.0`) pins it, and that router runs once, at that value.
 
 Resumable. OUT/sweep.json keeps each run's `run` command line and status. A run whose identical
 command line finished before (and whose summary.json exists) is skipped; any other run is handed to
@@ -172,10 +173,11 @@ def plan(args, out: Path) -> list[Job]:
     fixed = fixed_router_args(args.router_arg, routers)
     jobs, names = [], set()
     for router in routers:
-        for setting in router_settings(router, targets):
-            clash = sorted(set(setting) & set(fixed[router]))
-            if clash:
-                raise UserError(f"--router-arg {router}:{clash[0]}=... is swept; drop it")
+        settings = router_settings(router, targets)
+        pinned = {k: v for k, v in fixed[router].items() if any(k in s for s in settings)}
+        if pinned:  # --router-arg names a swept argument: that router runs once, at that value
+            settings = [pinned]
+        for setting in settings:
             router_args = {**fixed[router], **setting}
             get_router(router, router_args)  # a wrong argument fails here, not in run 7 of 20
             name = f"{router}__{setting_name(setting)}"

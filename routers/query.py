@@ -86,6 +86,11 @@ class QueryRouter(Router):
     def route_query(self, view: QueryView) -> bool:
         return self.score(view.prompt_hidden) < self.threshold
 
+    @classmethod
+    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+        """`hybridbench sweep`: tau re-calibrated to send each target share of calib prompts."""
+        return [{"share": t} for t in targets]
+
     def describe(self) -> dict:
         return {
             "path": self.path,
@@ -121,6 +126,11 @@ class RandomQuery(Router):
         draw = float(torch.rand((), generator=view.generator))
         digest = hashlib.sha256(view.prompt_ids.to(torch.int64).numpy().tobytes()).digest()
         return (draw + int.from_bytes(digest[:8], "big") / 2**64) % 1.0 < self.p
+
+    @classmethod
+    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+        """`hybridbench sweep`: one setting per target share of prompts, p = the target."""
+        return [{"p": t} for t in targets]
 
     def describe(self) -> dict:
         return {"p": self.p}

@@ -309,6 +309,12 @@ class RewardRouter(TokenRouter):
         backend = load_reward_backend(self.checkpoint, small.dtype, small.device, engine.tokenizer)
         return {"reward": backend}
 
+    @classmethod
+    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+        """`hybridbench sweep`: one calibrated threshold per target large-token share; the sweep
+        must also pass `--router-arg reward:calibration=FILE`."""
+        return [{"target_share": t} for t in targets]
+
     def describe(self) -> dict:
         out = {
             "threshold": self.threshold,

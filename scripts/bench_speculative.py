@@ -37,6 +37,9 @@ def main(argv=None) -> int:
     p.add_argument("--adaptive", action="store_true", help="ours with HF's heuristic k schedule")
     p.add_argument("--reference", default="hf", help="hf | records:PATH | none")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--dtype", default="bfloat16", help="bfloat16 | float32 (float32 removes bf16 near-ties)"
+    )
     p.add_argument("--out", default=None, help="write per-prompt results as JSON here")
     args = p.parse_args(argv)
 
@@ -48,7 +51,7 @@ def main(argv=None) -> int:
     from tasks import get_task
 
     torch.set_num_threads(args.threads)
-    engine = Engine.load()
+    engine = Engine.load(dtype=args.dtype)
     small, large = engine.backends["small"].model, engine.backends["large"].model
     examples = get_task("gsm8k").split("test")[: args.prompts]
     eos = engine.eos_ids
@@ -156,6 +159,7 @@ def _summary(rows, args) -> dict:
     with_ref = [r for r in rows if r["ours_eq_reference"] is not None]
     return {
         "prompts": len(rows),
+        "dtype": args.dtype,
         "max_new_tokens": args.max_new_tokens,
         "k": args.k,
         "adaptive": args.adaptive,

@@ -139,6 +139,26 @@ def test_settings_come_from_the_router_class():
     assert sweep.setting_name({"calibration": "a/b c.json"}) == "calibration=a-b-c.json"
 
 
+def test_a_fixed_argument_that_is_swept_pins_the_router_to_one_run(pair, tmp_path):
+    import argparse
+
+    sub = argparse.ArgumentParser(prog="sweep")
+    sweep.configure_sweep(sub)
+    argv = sweep_argv(pair, tmp_path, "random,entropy")[1:]
+    argv += ["--router-arg", "entropy:threshold=0.5"]
+    jobs = sweep.plan(sub.parse_args(argv), tmp_path)
+    assert [j.name for j in jobs] == ["random__p=0.2", "random__p=0.6", "entropy__threshold=0.5"]
+    assert jobs[-1].setting == {"threshold": 0.5}
+
+
+def test_target_settings_of_the_trained_routers():
+    assert sweep.router_settings("reward", [0.1, 0.3]) == [
+        {"target_share": 0.1}, {"target_share": 0.3},
+    ]  # fmt: skip
+    assert sweep.router_settings("query", [0.3]) == [{"share": 0.3}]
+    assert sweep.router_settings("random_query", [0.3]) == [{"p": 0.3}]
+
+
 def test_run_command_lines_read_back_to_the_same_run(pair, tmp_path):
     """Each planned command line, parsed by `run`'s own parser, names the intended run."""
     import argparse
@@ -169,7 +189,6 @@ def test_run_command_lines_read_back_to_the_same_run(pair, tmp_path):
         (["--targets", "a"], "--targets must be comma-separated numbers"),
         (["--router-arg", "p=0.3"], "not of the form ROUTER:K=V"),
         (["--router-arg", "large:p=0.3"], "not one of --routers"),
-        (["--router-arg", "random:p=0.3"], "is swept"),
         (["--router-arg", "random:nope=1"], "has no argument nope"),
         (["--jobs", "0"], "--jobs must be >= 1"),
     ],
