@@ -52,9 +52,15 @@ def _fmt_arg(value) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+# Router arguments that name a file or its digest: provenance, listed in the manifest, not a setting.
+FILE_ARGS = ("path", "checkpoint", "calibration")
+
+
 def setting_label(router_args: dict) -> str:
-    """A router setting as text: `k=v` pairs sorted by key, e.g. `threshold=2`; '' for none."""
-    return ", ".join(f"{k}={_fmt_arg(v)}" for k, v in sorted(router_args.items()))
+    """A router setting as text: `k=v` pairs sorted by key, e.g. `threshold=2`; '' for none.
+    File arguments (FILE_ARGS: checkpoints, calibration files) are left out."""
+    items = sorted((k, v) for k, v in router_args.items() if k not in FILE_ARGS)
+    return ", ".join(f"{k}={_fmt_arg(v)}" for k, v in items)
 
 
 def _numeric(router_args: dict) -> dict[str, float]:

@@ -27,7 +27,7 @@ def row(run: Path) -> str:
     cells = [
         f"{run.parent.name}/{run.name}",
         s["router"],
-        _f(threshold),
+        "—" if threshold is None else f"{threshold:.3g}",
         str(s["n"]),
         q,
         _f(s["large_token_share"]),
