@@ -12,6 +12,27 @@ is the session leader's own process. The harness keeps at most `max_output_bytes
 kills everything the run started once it exits or its wall-clock `timeout_s` passes, and
 removes the directory.
 
+Proof that a program ran to its end (`SandboxResult.reached_end`): a program can end with exit
+status 0 without running its last lines (sys.exit, raise SystemExit, os._exit, an atexit or
+excepthook that rewrites the status, a signal handler that exits), so the status alone cannot
+say that the tests appended to a solution all ran. So, per run, the harness draws a random
+token and puts it in a pipe whose only reader is the program (an inherited fd T; the harness
+closes the write end before the program starts), and appends one line to main.py that copies
+what fd T holds to fd R, a pipe the harness reads. `reached_end` is true only if R carried
+exactly the token. The token is never in main.py, argv, the environment, the bootstrap's config
+or any file; it exists in the harness's memory and in that pipe, nowhere else.
+  * Guaranteed: a program that does not reach its last line, however it ends, cannot show the
+    token unless it reads fd T itself. Reading main.py, the environment, argv,
+    /proc/self/cmdline, other processes' cmdlines or the filesystem does not reveal it.
+  * Not guaranteed: a program written to cheat can read fd T (its number is in main.py's last
+    line) and copy the token to R itself, or make failing tests pass (objects whose __eq__ is
+    always True, sys.settrace, patched builtins or test helpers): it runs in the same
+    interpreter as the tests, so whatever the last line can do, it can do first. Without
+    privilege_drop it may also read the harness's memory where ptrace is allowed. What this
+    defeats is the accidental or lazy early exit, not an adversary aiming at this check.
+  * Conservative: a program that closes or reuses fd T or R, or reads fd T without copying
+    the token to R itself, fails the check even if its tests passed.
+
 Isolated (layers are probed once per process; `isolation_report()` says which are active):
   * Limits, always: RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_CORE=0, the
     wall-clock timeout, bounded captured output; stdin is /dev/null.
@@ -53,6 +74,7 @@ import json
 import os
 import re
 import resource
+import secrets
 import selectors
 import shutil
 import signal
@@ -94,6 +116,7 @@ class SandboxResult:
     stderr: str  # first max_output_bytes of stderr, decoded the same way
     seconds: float  # wall clock from start until the code exited or was killed
     truncated: bool = False  # True when stdout or stderr had more bytes than were kept
+    reached_end: bool = False  # the program's last line ran: see the module docstring
 
 
 @dataclass(frozen=True)
@@ -198,12 +221,18 @@ def _prepare(root: str, code: str) -> tuple[str, str]:
 
 def _supervise(cfg: dict, limits: Limits) -> SandboxResult:
     """Start the bootstrap, pump its output until it exits or times out, kill the rest."""
+    token = secrets.token_hex(16).encode()  # kept here and in the token pipe, nowhere else
     status_r, status_w = os.pipe()  # bootstrap reports setup failures here; EOF at exec
+    report_r, report_w = os.pipe()  # main.py's last line copies the token here
+    token_r = _pipe_holding(token)
+    child_fds = (status_w, token_r, report_w)
     start = time.monotonic()
     try:
+        with open(cfg["script"], "a", encoding="utf-8") as f:
+            f.write(_epilogue(token_r, report_w))
         proc = subprocess.Popen(
             _bootstrap_argv({**cfg, "status_fd": status_w}),
-            pass_fds=(status_w,),
+            pass_fds=child_fds,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -213,14 +242,17 @@ def _supervise(cfg: dict, limits: Limits) -> SandboxResult:
         )
     except BaseException:
         os.close(status_r)
+        os.close(report_r)
         raise
     finally:
-        os.close(status_w)
-    with proc, open(status_r, "rb") as status:
+        for fd in child_fds:  # the run's copies: EOF comes once the run has closed them
+            os.close(fd)
+    with proc, open(status_r, "rb") as status, open(report_r, "rb") as report:
         pipes = {
             proc.stdout.fileno(): _Capture(limits.max_output_bytes),
             proc.stderr.fileno(): _Capture(limits.max_output_bytes),
             status.fileno(): _Capture(4096),
+            report.fileno(): _Capture(len(token)),
         }
         try:
             exit_fd = os.pidfd_open(proc.pid)  # readable once the code exits; does not reap it
@@ -233,12 +265,32 @@ def _supervise(cfg: dict, limits: Limits) -> SandboxResult:
             _kill_run(proc.pid, cfg["privilege_drop"])  # before reaping: see _kill_run
         _pump(pipes, time.monotonic() + _DRAIN_S)
         returncode = proc.wait()
-    out, err, setup = pipes.values()
+    out, err, setup, proof = pipes.values()
     if setup.kept:
         raise SandboxSetupError(setup.text())
     status = _status(returncode, timed_out=not exited)
     truncated = bool(out.dropped or err.dropped)
-    return SandboxResult(status, returncode, out.text(), err.text(), seconds, truncated)
+    reached_end = proof.kept == token and not proof.dropped
+    return SandboxResult(
+        status, returncode, out.text(), err.text(), seconds, truncated, reached_end
+    )
+
+
+def _pipe_holding(data: bytes) -> int:
+    """Read end of a pipe that holds `data` and whose write end is already closed."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, data)  # far below the pipe's buffer: never blocks
+    finally:
+        os.close(write_fd)
+    return read_fd
+
+
+def _epilogue(token_fd: int, report_fd: int) -> str:
+    """main.py's last line: hand the token from `token_fd` to `report_fd`. It runs only if every
+    line before it ran; it binds no name and needs no import statement the code could shadow."""
+    os_module = "__import__('os')"
+    return f"\n{os_module}.write({report_fd}, {os_module}.read({token_fd}, 64))\n"
 
 
 def _status(returncode: int, timed_out: bool) -> str:

@@ -2,8 +2,16 @@
 
 `extract_code` takes the first ```python (or bare ```) fenced block of a chat reply; a block cut
 off by the token limit counts up to the end; a reply with no fence is taken as code. `passes`
-runs a whole program in `harness.sandbox` (separate process, time and memory limits) and
-says whether it exited cleanly: pass@1 with one greedy sample.
+runs a whole program (solution, then its tests) in `harness.sandbox` (separate process, time
+and memory limits): pass@1 with one greedy sample.
+
+A program passes only if it exits with status 0 and its last line ran (`reached_end`, proved
+by a per-run token the sandbox hides from the code), so every test after the solution ran to
+the end. A solution that ends the run early cannot pass, however it does it: sys.exit or
+raise SystemExit (at import or when a test calls it), os._exit, an atexit handler or excepthook
+that rewrites the exit status after a failing assert, a signal handler that exits. What the
+check does not stop, a solution built to cheat it (reading the token's fd, patching what the
+tests compare or call), is in `harness.sandbox`'s docstring.
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ def extract_code(completion: str) -> str:
 
 
 def passes(program: str) -> bool:
-    """True if `program` (solution + tests) runs to completion in the sandbox."""
+    """True if `program` (solution + tests) runs to its last line and exits 0 in the sandbox."""
     from harness.sandbox import run_python  # lazy: scoring code tasks is the only user
 
-    return run_python(program).status == "ok"
+    result = run_python(program)
+    return result.status == "ok" and result.reached_end

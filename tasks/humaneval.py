@@ -4,7 +4,8 @@ The prompt shows the function stub in a code block. A reply may restate the whol
 chat models do) or give only the body (what base models and the canonical solutions do): if the
 extracted code defines `entry_point` it is appended after the stub, whose imports and helpers it
 may rely on, and its definition replaces the stub's; otherwise it is the stub's continuation.
-The program then runs the problem's `check(entry_point)` in the sandbox.
+The program then runs the problem's `check(entry_point)` in the sandbox; it passes only if that
+call returned and the program exited 0: ending the run early never passes (`tasks.code.passes`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The prompt shows the description and the first of the three test asserts, so the function's name
 and signature are known (the usual zero-shot practice, e.g. evalplus and oe-eval); scoring runs
 the extracted code, `test_setup_code` and all three asserts of `test_list` in the sandbox
-(`challenge_test_list` is not used, as in the original benchmark). Ids are "mbpp/<task_id>",
-task ids 11-510.
+(`challenge_test_list` is not used, as in the original benchmark). A completion passes only if
+the last assert ran and the program exited 0: ending the run early never passes
+(`tasks.code.passes`). Ids are "mbpp/<task_id>", task ids 11-510.
 """
 
 from __future__ import annotations

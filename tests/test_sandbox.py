@@ -61,18 +61,84 @@ def test_normal_program_is_ok():
         "ok", 0, "hello\n", "",
     )  # fmt: skip
     assert 0 < result.seconds < 5 and not result.truncated
+    assert result.reached_end
 
 
 def test_failing_assertion_is_error():
     result = run_python("assert 1 + 1 == 3, 'wrong sum'")
     assert (result.status, result.returncode) == ("error", 1)
     assert "AssertionError: wrong sum" in result.stderr
+    assert not result.reached_end
+
+
+# Each ends with exit status 0 before its wrong `add` gets past the assert: status alone says "ok".
+WRONG_ADD = "def add(a, b):\n    return a - b\n"
+EARLY_EXITS = {
+    "os._exit-after-def": WRONG_ADD + "import os\nos._exit(0)\n",
+    "atexit-os._exit": "import atexit, os\natexit.register(lambda: os._exit(0))\n" + WRONG_ADD,
+    "sys.exit-before-assert": WRONG_ADD + "import sys\nsys.exit(0)\n",
+    "sys.exit-after-failing-assert": "import sys\nsys.excepthook = lambda *e: sys.exit(0)\n"
+    + WRONG_ADD,
+    "raise-SystemExit": WRONG_ADD + "raise SystemExit\n",
+    "SystemExit-when-called": "def add(a, b):\n    raise SystemExit(0)\n",
+    "SIGTERM-handler": "import os, signal\n"
+    "signal.signal(signal.SIGTERM, lambda *a: os._exit(0))\n"
+    "def add(a, b):\n    os.kill(os.getpid(), signal.SIGTERM)\n",
+    "SIGALRM-handler": "import signal, sys\n"
+    "signal.signal(signal.SIGALRM, lambda *a: sys.exit(0))\n"
+    "signal.setitimer(signal.ITIMER_REAL, 0.2)\n"
+    "def add(a, b):\n    while True:\n        pass\n",
+    "thread-os._exit": "import os, threading, time\n"
+    "threading.Thread(target=lambda: (time.sleep(0.2), os._exit(0))).start()\n"
+    "def add(a, b):\n    while True:\n        pass\n",
+    "fork-parent-exits": "import os\nif os.fork():\n    os._exit(0)\n" + WRONG_ADD,
+}
+
+
+@pytest.mark.parametrize("code", EARLY_EXITS.values(), ids=EARLY_EXITS)
+def test_early_exit_does_not_reach_the_end(code):
+    result = run_python(code + "assert add(1, 2) == 3\n", Limits(timeout_s=5))
+    assert result.status == "ok", result.stderr  # the exit status alone would be fooled
+    assert not result.reached_end
+
+
+def test_the_token_is_nowhere_the_code_can_look(monkeypatch):
+    token = "5ec7e7" * 6
+    monkeypatch.setattr("harness.sandbox.secrets.token_hex", lambda nbytes: token)
+    code = (
+        "import os, sys\n"
+        "print(open(__file__).read(), dict(os.environ), sys.argv, sys.orig_argv)\n"
+        "for pid in ['self', os.getppid()] + [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "    for name in ('cmdline', 'environ'):\n"
+        "        try:\n"
+        "            print(open(f'/proc/{pid}/{name}', 'rb').read())\n"
+        "        except OSError:\n"
+        "            pass\n"
+    )
+    result = run_python(code, Limits(max_output_bytes=10_000_000))
+    assert result.status == "ok" and not result.truncated, result.stderr
+    assert "main.py" in result.stdout and "PYTHONHASHSEED" in result.stdout  # it did look
+    assert token not in result.stdout + result.stderr
+    assert result.reached_end  # the same token, from the pipe, proved the end
+
+
+def test_documented_limit_reading_the_token_fd_forges_the_end():
+    """The sandbox's docstring says a program aimed at the check can pass it: keep that true."""
+    code = (
+        "import os, re\n"
+        "last = open(__file__).read().splitlines()[-1]\n"
+        "report_fd, token_fd = map(int, re.findall(r'\\((\\d+),', last))\n"
+        "os.write(report_fd, os.read(token_fd, 64))\n"
+        "os._exit(0)\n"
+    )
+    assert run_python(code).reached_end
 
 
 def test_infinite_loop_times_out():
     start = time.monotonic()
     result = run_python("while True:\n    pass", Limits(timeout_s=1))
     assert (result.status, result.returncode) == ("timeout", -signal.SIGKILL)
+    assert not result.reached_end
     assert 1 <= result.seconds < 1 + SLACK_S
     assert time.monotonic() - start < 1 + SLACK_S
 
@@ -230,6 +296,7 @@ def test_huge_output_is_truncated():
     result = run_python(code, Limits(max_output_bytes=1000))
     assert result.status == "ok"
     assert (result.stdout, result.stderr, result.truncated) == ("x" * 1000, "y" * 1000, True)
+    assert result.reached_end  # the proof has its own pipe: output limits do not drop it
 
 
 def test_endless_output_is_bounded_and_times_out():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -303,6 +304,52 @@ def test_humaneval_scores_in_sandbox(loaded, sandbox):
         assert task.score(ex, body) == {"pass@1": 1.0}  # continuation (base-model style)
         assert task.score(ex, f"Sure.\n```python\n{stub}{body}```") == {"pass@1": 1.0}  # chat
         assert task.score(ex, "    return None\n") == {"pass@1": 0.0}
+
+
+# Wrong solutions that end the run early with exit status 0: {wrong} is a def returning None.
+EARLY_EXIT_CHEATS = {
+    "os._exit-after-def": "{wrong}import os\nos._exit(0)\n",
+    "atexit-os._exit": "import atexit, os\natexit.register(lambda: os._exit(0))\n{wrong}",
+    "sys.exit-before-asserts": "{wrong}import sys\nsys.exit(0)\n",
+    "sys.exit-after-failing-assert": "import sys\nsys.excepthook = lambda *e: sys.exit(0)\n{wrong}",
+    "raise-SystemExit": "{wrong}raise SystemExit\n",
+    "SystemExit-when-called": "def {name}(*args, **kwargs):\n    raise SystemExit(0)\n",
+    "SIGTERM-handler": "import os, signal\n"
+    "signal.signal(signal.SIGTERM, lambda *a: os._exit(0))\n"
+    "def {name}(*args, **kwargs):\n    os.kill(os.getpid(), signal.SIGTERM)\n",
+    "SIGALRM-handler": "import signal, sys\n"
+    "signal.signal(signal.SIGALRM, lambda *a: sys.exit(0))\n"
+    "signal.setitimer(signal.ITIMER_REAL, 0.2)\n"
+    "def {name}(*args, **kwargs):\n    while True:\n        pass\n",
+    "echoes-what-it-can-read": "{wrong}import os, re, sys\n"
+    "seen = open(__file__).read() + repr(dict(os.environ)) + repr(sys.argv)\n"
+    "seen += open('/proc/self/cmdline').read() + open(f'/proc/{{os.getppid()}}/cmdline').read()\n"
+    "print(seen)\n"
+    "for fd in range(3, 64):\n"
+    "    for guess in [seen, *re.findall(r'[0-9a-f]{{32}}', seen)]:\n"
+    "        try:\n            os.write(fd, guess.encode())\n"
+    "        except OSError:\n            pass\n"
+    "os._exit(0)\n",
+}
+
+
+def entry_point(example: Example) -> str:
+    """The function the tests call: HumanEval names it; for MBPP, the gold def the tests use."""
+    if "entry_point" in example.meta:
+        return example.meta["entry_point"]
+    names = re.findall(r"^def (\w+)\(", example.reference, re.MULTILINE)
+    return next(name for name in names if f"{name}(" in example.meta["test_list"][0])
+
+
+@pytest.mark.parametrize("cheat", EARLY_EXIT_CHEATS.values(), ids=EARLY_EXIT_CHEATS)
+@pytest.mark.parametrize("name", ["mbpp", "humaneval"])
+def test_ending_the_run_early_never_passes(loaded, sandbox, name, cheat):
+    task = loaded[name]
+    example = task.load()[0]
+    func = entry_point(example)
+    wrong = f"def {func}(*args, **kwargs):\n    return None\n"
+    completion = f"```python\n{cheat.format(wrong=wrong, name=func)}```"
+    assert task.score(example, completion) == {"pass@1": 0.0}
 
 
 @pytest.mark.slow
