@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.backend import HFBackend
+from harness.backends.hf import HFBackend
 from harness.core import DecodeConfig, generate
 from harness.errors import UserError
 from routers import ROUTERS, get_router

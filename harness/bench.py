@@ -1,5 +1,6 @@
-"""`hybridbench bench-decode`: decode speed of small-only, large-only and `random` routing,
-side by side in one process, against what the per-step cost model predicts.
+"""`hybridbench bench-decode`: decode speed of small-only, large-only, `random` routing,
+speculative decoding and (given checkpoints) the reward and CITER routers, side by side in one
+process, against what the per-step cost model predicts. Per-stream speed: one example at a time.
 
 Cost model: a step drafts one small token (t_small) and, with probability p, consults large, which
 catches up on every token it has not seen in one batched pass. Two predictions per row:
@@ -11,6 +12,13 @@ catches up on every token it has not seen in one batched pass. Two predictions p
                    run (it reads ~1/p tokens at once), f its large passes per emitted token.
   loop overhead  = share of decode time spent outside model forward passes (Python, sampling,
                    logits copies): what the core itself costs.
+  router overhead = (1/measured - 1/with catch-up) per emitted token, over t_small: what a router
+                   adds to small's step beyond the two models' passes (the reward model's pass,
+                   the CITER MLP, hidden-state copies), as a share of small's step.
+
+With a llama.cpp model in the pair, two more rows decode the same prompts with llama-cpp-python's
+own generation loop (`Llama.generate`, greedy, same files and threads): the reference for the
+core's own loop overhead on that backend.
 
 Prefill passes are excluded from decode time; a warm-up is excluded.
 """
@@ -22,7 +30,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from harness import cli
+from harness import options
+from harness.engine import backend_kinds, engine_from_args
 
 FALLBACK_PROMPTS = [
     "A farmer has 17 sheep and buys 3 times as many goats. How many animals does he have?",
@@ -37,7 +46,15 @@ def configure_bench_decode(p) -> None:
     p.add_argument("--rates", default="0.1,0.3,0.5", help="random router defer probabilities")
     p.add_argument("--out", default=None, help="also write the measurements as JSON here")
     p.add_argument("--seed", type=int, default=0)
-    cli.add_model_args(p)
+    p.add_argument("--reward", default=None, help="reward checkpoint: adds a reward row")
+    p.add_argument(
+        "--reward-calibration", default=None, help="its calibration file (target share 0.2)"
+    )
+    p.add_argument("--citer", default=None, help="CITER checkpoint: adds a citer row")
+    p.add_argument(
+        "--backends", default=None, help="e.g. hf,llama.cpp: one table each, in this process"
+    )
+    options.add_model_args(p)
 
 
 def prompts(n: int) -> list:
@@ -78,9 +95,36 @@ def median_forward(forwards, model: str) -> float:
 
 
 def run_bench_decode(args) -> int:
+    """One table per backend in --backends (default: --backend), all in this one process, and
+    the llama.cpp / hf speed ratios when both ran."""
+    import argparse
+
+    kinds = [b.strip() for b in (args.backends or args.backend).split(",") if b.strip()]
+    results = {}
+    for kind in kinds:
+        one = argparse.Namespace(**{**vars(args), "backend": kind})
+        resolved = "+".join(dict.fromkeys(backend_kinds(one).values()))  # e.g. "llama.cpp"
+        t_s, t_l, rows, n = bench_one(one)
+        results[resolved] = {"t_small": t_s, "t_large": t_l, "rows": rows}
+        print(f"\nbackend {resolved}: " + _table(rows, t_s, t_l, n, args.tokens), flush=True)
+    if {"hf", "llama.cpp"} <= results.keys():
+        for config in ("small-only", "large-only"):
+            ratio = _tok_s(results["llama.cpp"], config) / _tok_s(results["hf"], config)
+            print(f"{config}: llama.cpp / hf = {ratio:.2f}x")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def _tok_s(result: dict, config: str) -> float:
+    return next(r["tok_s"] for r in result["rows"] if r["config"] == config)
+
+
+def bench_one(args):
+    """(t_small, t_large, rows, n_prompts) for the pair loaded on args' backend."""
     from routers import get_router
 
-    engine = cli.load_engine(args)
+    engine = engine_from_args(args)
     ids = [engine.encode(p) for p in prompts(args.prompts)]
     rates = [float(r) for r in args.rates.split(",")]
     measure(engine, get_router("random", {"p": 0.5}), ids[:1], 8, args.seed)  # warm-up, discarded
@@ -91,25 +135,78 @@ def run_bench_decode(args) -> int:
         median_forward(large["forwards"], "large"),
     )
     rows = [
-        _row("small-only", small, 1 / t_s, 1 / t_s, large),
-        _row("large-only", large, 1 / t_l, 1 / t_l, large),
+        _row("small-only", small, 1 / t_s, 1 / t_s, large, t_s),
+        _row("large-only", large, 1 / t_l, 1 / t_l, large, t_s),
     ]
-    for p in rates:
-        r = measure(engine, get_router("random", {"p": p}), ids, args.tokens, args.seed)
-        catch = [f for f in r["forwards"] if f.model == "large"]
-        t_catch = statistics.mean(f.seconds for f in catch) if catch else 0.0
-        with_catch = 1 / (t_s + len(catch) / r["tokens"] * t_catch)
-        rows.append(_row(f"random p={p}", r, 1 / (t_s + r["share"] * t_l), with_catch, large))
-    print(_table(rows, t_s, t_l, len(ids), args.tokens))
-    if args.out:
-        Path(args.out).write_text(
-            json.dumps({"t_small": t_s, "t_large": t_l, "rows": rows}, indent=2)
+    routers = [(f"random p={p}", get_router("random", {"p": p})) for p in rates]
+    routers += [
+        ("speculative k=4", get_router("speculative", {"k": 4})),
+        ("speculative adaptive", get_router("speculative", {"adaptive": True})),
+        *_trained_routers(args, engine),
+    ]
+    for name, router in routers:
+        r = measure(engine, router, ids, args.tokens, args.seed)
+        small_passes = sum(f.model == "small" for f in r["forwards"])
+        large_s = sum(f.seconds for f in r["forwards"] if f.model == "large")
+        with_catch = r["tokens"] / (small_passes * t_s + large_s)
+        rows.append(_row(name, r, 1 / (t_s + r["share"] * t_l), with_catch, large, t_s))
+    rows += own_generation_rows(engine, ids, args.tokens, large)
+    return t_s, t_l, rows, len(ids)
+
+
+def _trained_routers(args, engine) -> list:
+    """The reward and CITER rows, when their checkpoints are given. Speed only: a CITER
+    checkpoint trained on another backend's hidden states is timed all the same."""
+    from routers import get_router
+
+    out = []
+    if args.reward:
+        router = get_router(
+            "reward",
+            {"checkpoint": args.reward, "target_share": 0.2, "calibration": args.reward_calibration}
+            if args.reward_calibration
+            else {"checkpoint": args.reward, "threshold": 0.0},
         )
-    return 0
+        for role, backend in router.backends(engine).items():
+            engine.add(role, backend)
+        out.append(("reward", router))
+    if args.citer:
+        out.append(("citer", get_router("citer", {"path": args.citer})))
+    return out
 
 
-def _row(name, m, predicted, with_catch, large) -> dict:
+def own_generation_rows(engine, prompt_ids, tokens: int, large) -> list[dict]:
+    """llama-cpp-python's own greedy loop on each llama.cpp model of the pair, same prompts."""
+    import time
+
+    rows = []
+    for role in ("small", "large"):
+        b = engine.backends[role]
+        if not hasattr(b, "path") or not b.info.backend.startswith("llama.cpp"):
+            continue
+        from llama_cpp import Llama
+
+        llm = Llama(str(b.path), n_ctx=b.n_ctx, n_threads=b.threads, verbose=False)
+        n = secs = 0.0
+        for ids in prompt_ids:
+            it = llm.generate(ids, temp=0.0, top_k=1, reset=True)
+            next(it)  # prefill and the first token: excluded, like the core's prefill
+            t0 = time.perf_counter()
+            for _ in range(tokens - 1):
+                next(it)
+            secs += time.perf_counter() - t0
+            n += tokens - 1
+        llm.close()
+        rows.append(
+            {"config": f"llama-cpp-python own greedy ({role})", "tok_s": round(n / secs, 2),
+             "vs_large_only": round(n / secs / large["tok_s"], 3)}
+        )  # fmt: skip
+    return rows
+
+
+def _row(name, m, predicted, with_catch, large, t_s) -> dict:
     in_forwards = sum(f.seconds for f in m["forwards"])
+    overhead = (1 / m["tok_s"] - 1 / with_catch) / t_s
     return {
         "config": name,
         "large_token_share": round(m["share"], 3),
@@ -124,6 +221,7 @@ def _row(name, m, predicted, with_catch, large) -> dict:
             [f.seconds for f in m["forwards"] if f.model == "small" and f.tokens_in == 1]
         ),
         "large_pass_ms": _ms([f.seconds for f in m["forwards"] if f.model == "large"]),
+        "router_overhead": round(overhead, 3),
         "vs_large_only": round(m["tok_s"] / large["tok_s"], 3),
     }
 
@@ -132,23 +230,30 @@ def _ms(seconds: list[float]) -> float:
     return round(1000 * statistics.median(seconds), 1) if seconds else float("nan")
 
 
+COLUMNS = (
+    ("large-token share", "large_token_share", "{:.3f}"),
+    ("tok/s", "tok_s", "{:.2f}"),
+    ("predicted", "predicted_tok_s", "{:.2f}"),
+    ("measured/predicted", "measured_over_predicted", "{:.3f}"),
+    ("predicted with catch-up", "predicted_with_catch_up", "{:.2f}"),
+    ("measured/that", "measured_over_with_catch_up", "{:.3f}"),
+    ("loop overhead", "loop_overhead", "{:.3f}"),
+    ("router overhead / small step", "router_overhead", "{:.3f}"),
+    ("small pass ms", "small_pass_ms", "{}"),
+    ("large pass ms", "large_pass_ms", "{}"),
+    ("vs large-only", "vs_large_only", "{:.3f}"),
+)
+
+
 def _table(rows, t_s, t_l, n_prompts, n_tokens) -> str:
-    head = (
-        "| config | large-token share | tok/s | predicted | measured/predicted | "
-        "predicted with catch-up | measured/that | loop overhead | small pass ms | large pass ms | vs large-only |"
-    )
     lines = [
         f"t_small = {t_s * 1000:.1f} ms, t_large = {t_l * 1000:.1f} ms per single-token forward; "
         f"{n_prompts} prompts x {n_tokens} tokens, greedy",
         "",
-        head,
-        "|" + "---|" * 11,
+        "| config | " + " | ".join(c[0] for c in COLUMNS) + " |",
+        "|" + "---|" * (len(COLUMNS) + 1),
     ]
     for r in rows:
-        lines.append(
-            f"| {r['config']} | {r['large_token_share']:.3f} | {r['tok_s']:.2f} | "
-            f"{r['predicted_tok_s']:.2f} | {r['measured_over_predicted']:.3f} | "
-            f"{r['predicted_with_catch_up']:.2f} | {r['measured_over_with_catch_up']:.3f} | "
-            f"{r['loop_overhead']:.3f} | {r['small_pass_ms']} | {r['large_pass_ms']} | {r['vs_large_only']:.3f} |"
-        )
+        cells = [fmt.format(r[key]) if key in r else "–" for _, key, fmt in COLUMNS]
+        lines.append(f"| {r['config']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

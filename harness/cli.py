@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 from harness.errors import UserError
@@ -57,84 +56,6 @@ COMMANDS = {
         "train and calibrate the query-level router",
     ),
 }
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """The options every command that loads the pair shares."""
-    g = p.add_argument_group("models")
-    g.add_argument(
-        "--small", default=None, help="small model: packaged name, folder, .gguf or hub id"
-    )
-    g.add_argument("--large", default=None, help="large model (must share small's tokenizer)")
-    g.add_argument(
-        "--dtype", default="bfloat16", help="one dtype for every model (default bfloat16)"
-    )
-    g.add_argument("--small-device", default="auto", help="default: cpu")
-    g.add_argument("--large-device", default="auto", help="default: cuda if available, else cpu")
-    g.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
-
-
-def add_router_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--router", required=True, help="router name (see `hybridbench routers`)")
-    p.add_argument(
-        "--router-arg",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="router argument, repeatable",
-    )
-
-
-def add_decode_args(p: argparse.ArgumentParser, max_new_tokens: int | None = 256) -> None:
-    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-
-
-def decode_config(args, **extra):
-    """DecodeConfig from parsed args, with user-facing checks."""
-    from harness.core import DecodeConfig
-
-    if args.max_new_tokens is not None and args.max_new_tokens < 0:
-        raise UserError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    if args.temperature < 0:
-        raise UserError(f"--temperature must be >= 0, got {args.temperature}")
-    if not 0 < args.top_p <= 1:
-        raise UserError(f"--top-p must be in (0, 1], got {args.top_p}")
-    kw = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed, **extra}
-    if args.max_new_tokens is not None:
-        kw["max_new_tokens"] = args.max_new_tokens
-    return DecodeConfig(**kw)
-
-
-def load_engine(args, router=None):
-    """Set threads, then load the pair named in args, plus the models `router` brings.
-
-    A `--large` that is an http(s) URL is an OpenAI-compatible completions server (llama.cpp's
-    llama-server, vLLM) serving the large model; it must use small's tokenizer, which cannot be
-    checked from here.
-    """
-    import torch
-
-    from harness.engine import Engine
-
-    torch.set_num_threads(max(1, args.threads or 1))
-    if (args.large or "").startswith(("http://", "https://")):
-        from harness.remote import remote_engine
-
-        engine = remote_engine(args.large, args.small, dtype=args.dtype)
-    else:
-        engine = Engine.load(
-            args.small,
-            args.large,
-            dtype=args.dtype,
-            small_device=args.small_device,
-            large_device=args.large_device,
-        )
-    for role, backend in (router.backends(engine) if router else {}).items():
-        engine.add(role, backend)  # models a router brings, e.g. the reward router's
-    return engine
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:

@@ -4,27 +4,28 @@ from __future__ import annotations
 
 import sys
 
-from harness import cli
+from harness import cli, options
+from harness.engine import engine_from_args
 from harness.errors import UserError
 
 LARGE_ON, OFF = "\033[1;31m", "\033[0m"  # bold red marks large's tokens in a terminal
 
 
 def configure_generate(p) -> None:
-    cli.add_router_args(p)
+    options.add_router_args(p)
     p.add_argument("--prompt", required=True, help="the user message")
-    cli.add_decode_args(p, max_new_tokens=128)
-    cli.add_model_args(p)
+    options.add_decode_args(p, max_new_tokens=128)
+    options.add_model_args(p)
 
 
 def run_generate(args) -> int:
     from routers import get_router, parse_args
 
     router = get_router(args.router, parse_args(args.router_arg))
-    cfg = cli.decode_config(args)
+    cfg = options.decode_config(args)
     if not args.prompt.strip():
         raise UserError("--prompt is empty")
-    engine = cli.load_engine(args, router)
+    engine = engine_from_args(args, router)
     gen = engine.generate(router, engine.encode(args.prompt), cfg)
     print(marked(engine.tokenizer, gen.token_ids, gen.provenance, sys.stdout.isatty()))
     print(summary_line(gen), file=sys.stderr)
@@ -66,7 +67,7 @@ def configure_demo(p) -> None:
     p.add_argument("--limit", type=int, default=5, help="test examples per router")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's")
     p.add_argument("--out", default="runs/demo", help="results folder, one run per router")
-    cli.add_model_args(p)
+    options.add_model_args(p)
 
 
 def run_demo(args) -> int:
@@ -75,9 +76,9 @@ def run_demo(args) -> int:
     from pathlib import Path
 
     models = ["--dtype", args.dtype, "--threads", str(args.threads)]
-    for flag in ("small", "large"):
-        if getattr(args, flag):
-            models += [f"--{flag}", getattr(args, flag)]
+    for flag in ("small", "large", "backend", "small_backend", "large_backend", "n_ctx"):
+        if getattr(args, flag) is not None:
+            models += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.max_new_tokens is not None:
         models += ["--max-new-tokens", str(args.max_new_tokens)]
     rows = []

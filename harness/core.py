@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.backend import Backend
+from harness.backends import Backend
 from harness.records import ForwardRecord, Generation, StepRecord
 from harness.sampling import sample
 from routers.base import Decision, QueryView, Router, StepView

@@ -1,16 +1,20 @@
 """The loaded models of one experiment, the tokenizer they share, and prompt encoding.
 
-engine = Engine.load()                       # the default pair, small on CPU, large on GPU if any
+engine = Engine.load()                       # the default pair; llama.cpp on CPU when installed
 ids = engine.encode([{"role": "user", "content": "2+2?"}])
 gen = engine.generate(get_router("oracle"), ids, DecodeConfig(max_new_tokens=64))
+
+Loading lives here, not in the CLI: `engine_from_args` turns the model options every command
+shares (`harness.cli.add_model_args`) into an Engine; `load_backend` builds one role's backend.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-from harness.backend import Backend, HFBackend
+from harness.backends import Backend, choose
 from harness.core import DecodeConfig, generate
+from harness.errors import UserError
 from harness.records import Generation
 
 
@@ -30,21 +34,25 @@ class Engine:
         dtype: str = "bfloat16",
         small_device: str = "auto",
         large_device: str = "auto",
+        backend: str = "auto",
+        small_backend: str | None = None,
+        large_backend: str | None = None,
+        threads: int = 1,
+        n_ctx: int | None = None,
     ) -> Engine:
         """Load a small/large pair; refuses a pair whose tokenizers differ."""
         from harness import models
 
-        s = models.load_model(
-            small or models.DEFAULT_SMALL, role="small", device=small_device, dtype=dtype
-        )
-        lg = models.load_model(
-            large or models.DEFAULT_LARGE, role="large", device=large_device, dtype=dtype
-        )
-        models.check_same_tokenizer(s.tokenizer, lg.tokenizer)
-        return cls(
-            s.tokenizer,
-            {"small": HFBackend(s.model, s.info), "large": HFBackend(lg.model, lg.info)},
-        )
+        roles = {
+            "small": (small or models.DEFAULT_SMALL, small_backend or backend, small_device),
+            "large": (large or models.DEFAULT_LARGE, large_backend or backend, large_device),
+        }
+        loaded = {
+            role: load_backend(source, role, kind, device, dtype, threads, n_ctx)
+            for role, (source, kind, device) in roles.items()
+        }
+        models.check_same_tokenizer(loaded["small"][1], loaded["large"][1])
+        return cls(loaded["small"][1], {role: b for role, (b, _) in loaded.items()})
 
     def add(self, role: str, backend: Backend) -> None:
         """Attach another model (a reward model, a remote large model) under `role`."""
@@ -80,3 +88,102 @@ class Engine:
     def model_infos(self) -> dict:
         """Role -> ModelInfo as a dict, for run manifests and the cost model."""
         return {role: asdict(b.info) for role, b in self.backends.items()}
+
+
+def backend_kind(source: str, requested: str, device: str, role: str) -> str:
+    """Which backend `requested` (auto, hf, llama.cpp) resolves to for `source` in `role`,
+    without loading anything: runs record it in their identity before loading a model."""
+    from harness import models
+
+    return choose(requested, models.is_gguf(source), models.pick_device(device, role))
+
+
+def load_backend(
+    source: str,
+    role: str,
+    backend: str = "auto",
+    device: str = "auto",
+    dtype: str = "bfloat16",
+    threads: int = 1,
+    n_ctx: int | None = None,
+):
+    """(Backend, tokenizer) for one model. `dtype` applies to transformers only: a llama.cpp
+    model computes in the quantized types its GGUF file holds."""
+    from harness import models
+
+    kind = backend_kind(source, backend, device, role)
+    if kind == "hf":
+        from harness.backends.hf import HFBackend
+
+        m = models.load_model(source, role=role, device=device, dtype=dtype)
+        return HFBackend(m.model, m.info), m.tokenizer
+    from harness.backends import llamacpp
+
+    path, sha = models.gguf_file(source)
+    info = llamacpp.gguf_info(path, role, source, sha)
+    extra = {"n_ctx": n_ctx} if n_ctx else {}
+    return llamacpp.LlamaCppBackend(path, info, threads=threads, **extra), models.gguf_tokenizer(
+        path, sha
+    )
+
+
+def engine_from_args(args, router=None) -> Engine:
+    """Set threads, then load the pair named in args, plus the models `router` brings.
+
+    A `--large` that is an http(s) URL is an OpenAI-compatible completions server (llama.cpp's
+    llama-server, vLLM) serving the large model; it must use small's tokenizer, which cannot be
+    checked from here.
+    """
+    import torch
+
+    threads = max(1, args.threads or 1)
+    torch.set_num_threads(threads)
+    kw = {
+        "dtype": args.dtype,
+        "threads": threads,
+        "n_ctx": getattr(args, "n_ctx", None),
+    }
+    small_kind = args.small_backend or args.backend
+    if (args.large or "").startswith(("http://", "https://")):
+        from harness.backends.remote import remote_engine
+
+        if args.large_backend:
+            raise UserError("--large-backend does not apply to a remote large model")
+        engine = remote_engine(args.large, args.small, backend=small_kind, **kw)
+    else:
+        engine = Engine.load(
+            args.small,
+            args.large,
+            small_device=args.small_device,
+            large_device=args.large_device,
+            backend=args.backend,
+            small_backend=args.small_backend,
+            large_backend=args.large_backend,
+            **kw,
+        )
+    for role, backend in (router.backends(engine) if router else {}).items():
+        engine.add(role, backend)  # models a router brings, e.g. the reward router's
+    return engine
+
+
+def backend_kinds(args) -> dict[str, str]:
+    """Role -> resolved backend for the pair named in args (for a run's identity)."""
+    from harness import models
+
+    if (args.large or "").startswith(("http://", "https://")):
+        large = "remote"
+    else:
+        large = backend_kind(
+            args.large or models.DEFAULT_LARGE,
+            args.large_backend or args.backend,
+            args.large_device,
+            "large",
+        )
+    small_source, small_kind = (
+        args.small or models.DEFAULT_SMALL,
+        args.small_backend or args.backend,
+    )
+    return {
+        "small": backend_kind(small_source, small_kind, args.small_device, "small"),
+        "large": large,
+    }

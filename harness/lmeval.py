@@ -13,7 +13,8 @@ lm-eval's own command line.
   router=NAME        a registered router (required); any key below that is not listed here is
                      passed to the router as an argument (e.g. router=random,p=0.3)
   small=, large=, dtype=, threads=   the pair, as for `hybridbench run` (default pair, bfloat16)
-  large_url=URL      the large model is an OpenAI-compatible server (harness/remote.py)
+  backend=, small_backend=, large_backend=, n_ctx=   as `--backend` etc. (default auto)
+  large_url=URL      the large model is an OpenAI-compatible server (harness/backends/remote.py)
   max_gen_toks=256   token budget when a request does not set one
   records=PATH       append one JSON line per request: prompt, text, provenance, steps
 lm-eval's own --batch_size/--device are accepted and ignored (one prompt at a time, on the
@@ -77,6 +78,10 @@ class HybridModel:
         large_url: str | None = None,
         dtype: str = "bfloat16",
         threads: int | None = None,
+        backend: str = "auto",
+        small_backend: str | None = None,
+        large_backend: str | None = None,
+        n_ctx: int | None = None,
         max_gen_toks: int = 256,
         seed: int = 0,
         records: str | None = None,
@@ -93,7 +98,25 @@ class HybridModel:
         self.max_gen_toks = int(max_gen_toks)
         self.seed = int(seed)
         self.records = Path(records) if records else None
-        self.engine = engine or _load_engine(small, large, large_url, dtype, threads)
+        if engine is None:
+            if large_url and large:
+                raise UserError("give large= or large_url=, not both")
+            from harness.engine import engine_from_args
+
+            model_args = argparse.Namespace(
+                small=small,
+                large=large_url or large,
+                dtype=dtype,
+                small_device="auto",
+                large_device="auto",
+                threads=int(threads or os.cpu_count() or 1),
+                backend=backend,
+                small_backend=small_backend,
+                large_backend=large_backend,
+                n_ctx=int(n_ctx) if n_ctx else None,
+            )
+            engine = engine_from_args(model_args)
+        self.engine = engine
 
     # ------------------------------------------------------------------ generation
 
@@ -167,22 +190,6 @@ class HybridModel:
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
         raise UserError(REFUSE_LOGLIKELIHOOD)
-
-
-def _load_engine(small, large, large_url, dtype, threads):
-    import torch
-
-    if threads:
-        torch.set_num_threads(int(threads))
-    if large_url:
-        from harness.remote import remote_engine
-
-        if large:
-            raise UserError("give large= or large_url=, not both")
-        return remote_engine(str(large_url), small, dtype=dtype)
-    from harness.engine import Engine
-
-    return Engine.load(small, large, dtype=dtype)
 
 
 @functools.cache

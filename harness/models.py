@@ -216,17 +216,18 @@ def _check_dtype(dtype: str):
 
 def _convert(gguf: Path, out: Path, dtype: str, meta: dict) -> None:
     """Dequantize a GGUF into a plain save_pretrained folder (weights + tokenizer)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    kw = {"gguf_file": gguf.name}
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=_check_dtype(dtype), **kw)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, dtype=_check_dtype(dtype), gguf_file=gguf.name
+    )
     # transformers refuses to save a GGUF-loaded model ("not serializable") while these are set;
     # after dequantization the weights are ordinary tensors, so dropping them is safe.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(gguf.parent, **kw).save_pretrained(out)
+    _gguf_tokenizer(gguf).save_pretrained(out)
     _write_record(out, meta)
 
 
@@ -273,6 +274,48 @@ def dense_dir(name: str, dtype: str = "bfloat16") -> Path:
     return _dense_from_gguf(lambda: gguf, sha, f"{gguf.stem}-{sha[:12]}", dtype)
 
 
+# --- GGUF for llama.cpp ----------------------------------------------------------------------
+
+
+def is_gguf(source: str) -> bool:
+    """A packaged name or a `.gguf` file: what llama.cpp can run directly."""
+    return source in PACKAGED or source.endswith(".gguf")
+
+
+def gguf_file(source: str) -> tuple[Path, str]:
+    """(the GGUF file, its sha256) for a packaged name or a `.gguf` path."""
+    if source in PACKAGED:
+        return assemble_gguf(source), PACKAGED[source]["sha256"]
+    path = Path(source).expanduser()
+    if path.suffix != ".gguf" or not path.is_file():
+        raise UserError(f"not a packaged model or a .gguf file: {source}")
+    return path, file_sha256(path)
+
+
+def _gguf_tokenizer(path: Path):
+    """The tokenizer of a GGUF: a transformers tokenizer saved beside the file wins (for a GGUF
+    whose embedded vocabulary transformers cannot convert), else the one stored in the file."""
+    from transformers import AutoTokenizer
+
+    if (path.parent / "tokenizer_config.json").is_file():
+        return _from_pretrained(AutoTokenizer, str(path.parent))
+    return _from_pretrained(AutoTokenizer, str(path.parent), gguf_file=path.name)
+
+
+def gguf_tokenizer(path: Path, sha: str):
+    """The tokenizer of a GGUF (vocabulary, merges, chat template), made once into
+    cache_dir()/tokenizers/<sha> so later loads skip the conversion."""
+    from transformers import AutoTokenizer
+
+    out = cache_dir() / "tokenizers" / sha[:16]
+    if not (out / "tokenizer_config.json").is_file():
+        tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+        _gguf_tokenizer(path).save_pretrained(tmp)
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    return _from_pretrained(AutoTokenizer, str(out))
+
+
 # --- source -> folder -> model ---------------------------------------------------------------
 
 
@@ -304,7 +347,7 @@ def resolve_source(source: str, dtype: str = "bfloat16") -> tuple[str, str]:
     return source, ""
 
 
-def _pick_device(device: str, role: str) -> str:
+def pick_device(device: str, role: str) -> str:
     """Only `large` goes to a GPU by default: the small model is meant to run on the CPU."""
     import torch
 
@@ -351,7 +394,7 @@ def load_model(
 
     torch_dtype = _check_dtype(dtype)
     where, sha = resolve_source(source, dtype)
-    dev = _pick_device(device, role)
+    dev = pick_device(device, role)
     model = _from_pretrained(AutoModelForCausalLM, where, dtype=torch_dtype, device_map=dev)
     model.eval()
     tokenizer = _from_pretrained(AutoTokenizer, where)

@@ -58,6 +58,7 @@ class ModelInfo:
     weight_bytes: int  # bytes read per forward pass for the weights
     kv_bytes_per_token: int  # KV-cache bytes per cached token (read once per forward pass)
     sha256: str = ""  # checksum of the weight file it was built from, when known
+    backend: str = "hf"  # what runs it: "hf", "llama.cpp <version>" or "remote"
 
 
 @dataclass(frozen=True)

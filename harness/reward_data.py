@@ -33,7 +33,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import cli
+from harness import options
+from harness.engine import engine_from_args
 from harness.errors import UserError
 
 DEFAULT_TASKS = ("gsm8k", "mbpp", "mmlu", "arc_challenge", "commonsense_qa")
@@ -158,7 +159,7 @@ def configure_reward_data(p) -> None:
     p.add_argument("--top-p", default="0.8,1.0", help="range LO,HI drawn per generation")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--split-seed", type=int, default=0, help="task split seed (train split)")
-    cli.add_model_args(p)
+    options.add_model_args(p)
 
 
 def run_reward_data(args) -> int:
@@ -181,7 +182,7 @@ def run_reward_data(args) -> int:
     }
     identity = json.loads(json.dumps(identity))
     _open(out, {**identity, "example_ids": [ex.id for _, ex in prompts]})
-    engine = cli.load_engine(args)
+    engine = engine_from_args(args)
     added = synthesize(engine, prompts, cfg, out / "pairs.jsonl")
     rows = read_pairs(out / "pairs.jsonl")
     n_chunks = sum(len(r["chunks"]) for r in rows)

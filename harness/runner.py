@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness import cli
+from harness import options
+from harness.engine import backend_kinds, engine_from_args
 from harness.errors import UserError
 from harness.records import ExampleRecord
 
@@ -42,13 +43,13 @@ IDENTITY = (
 def configure_run(p) -> None:
     p.add_argument("--task", required=True, help="task name (see `hybridbench tasks`)")
     p.add_argument("--task-arg", action="append", default=[], metavar="K=V", help="task argument")
-    cli.add_router_args(p)
+    options.add_router_args(p)
     p.add_argument("--split", default="test", help="train | calib | test | all (default test)")
     p.add_argument("--split-seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=None, help="first N examples of the split")
     p.add_argument("--out", required=True, help="run folder (created; resumed if it exists)")
-    cli.add_decode_args(p, max_new_tokens=None)
-    cli.add_model_args(p)
+    options.add_decode_args(p, max_new_tokens=None)
+    options.add_model_args(p)
 
 
 def run_run(args) -> int:
@@ -61,7 +62,7 @@ def run_run(args) -> int:
     router = get_router(args.router, router_args)
     if args.limit is not None and args.limit < 0:
         raise UserError(f"--limit must be >= 0, got {args.limit}")
-    cfg = cli.decode_config(args, stop=tuple(task.stop))
+    cfg = options.decode_config(args, stop=tuple(task.stop))
     if args.max_new_tokens is None:
         cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
     examples = task.split(args.split, seed=args.split_seed)[: args.limit]
@@ -82,6 +83,7 @@ def run_run(args) -> int:
             "small": args.small or "default",
             "large": args.large or "default",
             "dtype": args.dtype,
+            "backends": backend_kinds(args),
         },
     }
     identity = json.loads(json.dumps(identity))  # compare as stored: tuples become lists
@@ -90,7 +92,7 @@ def run_run(args) -> int:
     done = load_records(out / "records.jsonl", repair=True)
     todo = [ex for ex in examples if ex.id not in done]
     if todo:
-        engine = cli.load_engine(args, router)
+        engine = engine_from_args(args, router)
         manifest["models"] = engine.model_infos()
         _write_json(out / "manifest.json", manifest)
         decode_examples(engine, router, task, todo, cfg, out / "records.jsonl", args.split, done)
@@ -240,7 +242,7 @@ def environment() -> dict:
     from importlib import metadata
 
     versions = {}
-    for pkg in ("hybridbench", "torch", "transformers", "tokenizers", "numpy"):
+    for pkg in ("hybridbench", "torch", "transformers", "tokenizers", "numpy", "llama_cpp_python"):
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

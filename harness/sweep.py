@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import cli
+from harness import options
 from harness.errors import UserError
 
 STATE = "sweep.json"  # the sweep's own record of runs, beside the run folders
@@ -104,8 +104,8 @@ def configure_sweep(p) -> None:
 
 def _add_run_options(p) -> None:
     """The `run` options a sweep passes on to every run unchanged."""
-    cli.add_decode_args(p, max_new_tokens=None)
-    cli.add_model_args(p)
+    options.add_decode_args(p, max_new_tokens=None)
+    options.add_model_args(p)
 
 
 def run_sweep(args) -> int:

@@ -27,8 +27,10 @@ from pathlib import Path
 
 import torch
 
-from harness import cli
+from harness import options
+from harness.engine import engine_from_args
 from harness.errors import UserError
+from routers.citer import backend_kind
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def configure_train_citer(p) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--patience", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
-    cli.add_model_args(p)
+    options.add_model_args(p)
 
 
 def run_train_citer(args) -> int:
@@ -87,7 +89,7 @@ def run_train_citer(args) -> int:
     trajectories = _read_trajectories(args.trajectories) if args.trajectories else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    engine = cli.load_engine(args)
+    engine = engine_from_args(args)
     cfg = LabelConfig(
         mode=args.mode,
         max_rollouts=args.max_rollouts,
@@ -100,6 +102,7 @@ def run_train_citer(args) -> int:
     common = {"task": task.name, "split_seed": args.split_seed, "mode": args.mode}
     common |= {"train_ids": [e.id for e in train], "calib_ids": [e.id for e in calib]}
     common["models"] = {r: b.info.source for r, b in engine.backends.items()}
+    common["small_backend"] = backend_kind(engine.backends["small"].info)
 
     data = build_labels(
         engine, task, train, cfg, out / "labels_r1.safetensors", trajectories=trajectories

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import torch
 
-from harness import cli
+from harness import options
+from harness.engine import engine_from_args
 from harness.errors import UserError
+from routers.citer import backend_kind
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
@@ -40,7 +42,7 @@ def configure_train_query(p) -> None:
     p.add_argument("--small-records", default=None, help="small-only records over train")
     p.add_argument("--max-new-tokens", type=int, default=None, help="decode budget (no records)")
     p.add_argument("--seed", type=int, default=0)
-    cli.add_model_args(p)
+    options.add_model_args(p)
 
 
 def run_train_query(args) -> int:
@@ -56,7 +58,7 @@ def run_train_query(args) -> int:
     if len(train) < 5 or not calib:
         raise UserError("need at least 5 train and 1 calib example")
     correct = _labels_from_records(args.small_records, train, task) if args.small_records else None
-    engine = cli.load_engine(args)
+    engine = engine_from_args(args)
     if correct is None:
         correct = _labels_by_decoding(engine, task, train, args.max_new_tokens)
     y = torch.tensor([correct[ex.id] for ex in train], dtype=torch.float32)
@@ -81,6 +83,7 @@ def run_train_query(args) -> int:
         "split_seed": args.split_seed,
         "stats": stats,
         "models": {r: b.info.source for r, b in engine.backends.items()},
+        "small_backend": backend_kind(engine.backends["small"].info),
     }
     torch.save(ckpt, out / "query.pt")
     print(

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import torch
 
-from harness import cli
+from harness import options
+from harness.engine import engine_from_args
 from harness.errors import UserError
 
 PAPER_THRESHOLDS = (1.0, 1.5, 2.0, 4.0)
@@ -402,8 +403,8 @@ def configure_calibrate_reward(p) -> None:
     p.add_argument("--split-seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=10, help="first N examples of the split")
     p.add_argument("--out", required=True, help="calibration JSON to write")
-    cli.add_decode_args(p, max_new_tokens=None)
-    cli.add_model_args(p)
+    options.add_decode_args(p, max_new_tokens=None)
+    options.add_model_args(p)
 
 
 @torch.inference_mode()
@@ -432,10 +433,10 @@ def run_calibrate_reward(args) -> int:
     examples = task.split(args.split, seed=args.split_seed)[: args.limit]
     if not examples:
         raise UserError(f"task {args.task} split {args.split} has no examples")
-    cfg = cli.decode_config(args, stop=tuple(task.stop))
+    cfg = options.decode_config(args, stop=tuple(task.stop))
     if args.max_new_tokens is None:
         cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
-    engine = cli.load_engine(args)
+    engine = engine_from_args(args)
     small = engine.backends["small"].info
     model, ck = load_reward_model(args.checkpoint, small.dtype, small.device)
     scores = []

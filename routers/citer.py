@@ -58,6 +58,26 @@ def load_checkpoint(path: str | Path, kind: str) -> dict:
     return ckpt
 
 
+def backend_kind(info) -> str:
+    """The backend of a ModelInfo without its version: "hf", "llama.cpp" or "remote"."""
+    return (getattr(info, "backend", "") or "hf").split()[0]
+
+
+def check_hidden_backend(trained: str, engine, path) -> None:
+    """A router trained on small's hidden states from one backend reads them from the same one.
+
+    transformers on the dequantized bf16 copy and llama.cpp on the quantized file compute the
+    same function up to numerics (llama.cpp quantizes activations in its matrix products), so
+    the hidden states, and the thresholds calibrated on them, differ: refused rather than
+    silently shifted. Checkpoints from before backends were recorded were made on "hf"."""
+    now = backend_kind(engine.backends["small"].info)
+    if trained != now:
+        raise UserError(
+            f"{path} was trained on small's hidden states from the {trained} backend, but small "
+            f"runs on {now}: run with --small-backend {trained}, or retrain on {now}"
+        )
+
+
 def file_digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
@@ -83,6 +103,7 @@ class Citer(TokenRouter):
             raise ValueError(f"draft_len must be >= 1, got {draft_len}")
         self.draft_len = draft_len
         self._used = frozenset(ckpt["train_ids"]) | frozenset(ckpt["calib_ids"])
+        self.small_backend = ckpt.get("small_backend", "hf")  # older checkpoints: transformers
 
     def needs(self) -> Needs:
         return Needs(draft_len=self.draft_len, small_hidden=True)
@@ -94,6 +115,10 @@ class Citer(TokenRouter):
 
     def defer_mask(self, view: StepView) -> torch.Tensor:
         return self.scores(view.small_hidden) < self.threshold
+
+    def backends(self, engine) -> dict:
+        check_hidden_backend(self.small_backend, engine, self.path)
+        return {}
 
     def describe(self) -> dict:
         return {"path": self.path, "threshold": self.threshold, "checkpoint": self.digest}

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from routers.base import Needs, QueryView, Router
-from routers.citer import file_digest, load_checkpoint
+from routers.citer import check_hidden_backend, file_digest, load_checkpoint
 
 
 class QueryClassifier(nn.Module):
@@ -74,9 +74,14 @@ class QueryRouter(Router):
         default = ckpt["threshold"] if share is None else share_threshold(calib, share)
         self.threshold = float(default if threshold is None else threshold)
         self._used = frozenset(ckpt["train_ids"]) | frozenset(ckpt["calib_ids"])
+        self.small_backend = ckpt.get("small_backend", "hf")  # older checkpoints: transformers
 
     def needs(self) -> Needs:
         return Needs(query=True)
+
+    def backends(self, engine) -> dict:
+        check_hidden_backend(self.small_backend, engine, self.path)
+        return {}
 
     @torch.inference_mode()
     def score(self, prompt_hidden: torch.Tensor) -> float:

@@ -5,7 +5,7 @@ is accepted, otherwise it is discarded and large generates that token. This modu
 
   RewardModel     a transformer backbone sharing the pair's tokenizer, its unembedding removed,
                   plus a bias-free linear head: one scalar per token position (section 2.1)
-  RewardBackend   the `harness.backend.Backend` the core calls under role "reward": it feeds the
+  RewardBackend   the `harness.backends.Backend` the core calls under role "reward": it feeds the
                   drafted tokens into the reward model's own KV cache (never re-reading the
                   prefix) and returns [n_rows, 1] scores; its forwards are recorded and costed
                   like any model's (ForwardRecord model "reward", phase "score")
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from harness.backend import HFBackend
+from harness.backends.hf import HFBackend
 from harness.errors import UserError
 from harness.records import ModelInfo
 from routers.base import Needs, StepView, TokenRouter
@@ -300,13 +300,18 @@ class RewardRouter(TokenRouter):
 
     def backends(self, engine) -> dict:
         """The models this router brings besides the pair: {"reward": RewardBackend}, on small's
-        device and in small's dtype. Called by `harness.cli.load_engine`."""
+        device and in small's dtype. Called by `harness.engine.engine_from_args`."""
         if not self.checkpoint:
             raise UserError(
                 "router reward needs checkpoint=PATH (made by hybridbench train-reward)"
             )
+        from harness.models import DTYPES
+
         small = engine.backends["small"].info
-        backend = load_reward_backend(self.checkpoint, small.dtype, small.device, engine.tokenizer)
+        # a llama.cpp small model computes in its GGUF's types: the transformers reward
+        # model then runs on the CPU in bfloat16, the dtype it is trained in by default
+        dtype = small.dtype if small.dtype in DTYPES else "bfloat16"
+        backend = load_reward_backend(self.checkpoint, dtype, small.device, engine.tokenizer)
         return {"reward": backend}
 
     @classmethod

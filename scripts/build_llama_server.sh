@@ -5,7 +5,7 @@
 #
 #   bash scripts/build_llama_server.sh           # ~2 CPU cores: run it under the heavy lock
 #
-# Why llama-server and not `python -m llama_cpp.server`: the remote backend (harness/remote.py)
+# Why llama-server and not `python -m llama_cpp.server`: the remote backend (harness/backends/remote.py)
 # sends token-id prompts and reads token ids back. llama-cpp-python 0.3.36's server declares
 # `prompt: Union[str, List[str]]` (token-id lists are rejected) and keys its logprobs by
 # detokenized strings, so it cannot carry an exact token-id protocol; llama-server (and vLLM's

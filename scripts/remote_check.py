@@ -57,8 +57,8 @@ def main() -> int:
     import torch
 
     from harness import models
+    from harness.backends.remote import remote_engine
     from harness.core import DecodeConfig
-    from harness.remote import remote_engine
     from routers import get_router
     from tasks import get_task
 

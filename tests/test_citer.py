@@ -17,12 +17,12 @@ from routers.base import Decision, Needs, Router
 from routers.baselines import SmallOnly
 from routers.citer import CiterMLP
 from tasks.base import Example, Task, user_message
-from tests.tiny import tiny_backends, tiny_tokenizer
+from tests.tiny import BACKENDS, scratch_logits, tiny_backends, tiny_tokenizer
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return Engine(tiny_tokenizer(), tiny_backends())
+@pytest.fixture(scope="module", params=BACKENDS)
+def engine(request):
+    return Engine(tiny_tokenizer(), tiny_backends(kind=request.param))
 
 
 class FakeTask(Task):
@@ -74,10 +74,9 @@ def test_teacher_forcing_matches_the_core(engine):
     torch.testing.assert_close(
         cols["hidden"].float(), torch.stack(rec.hidden).to(torch.bfloat16).float()
     )
-    with torch.no_grad():
-        for i in (0, 5, 11):
-            ref = engine.backends["large"].model(torch.tensor([prompt + traj[:i]])).logits[0, -1]
-            assert int(cols["large_token"][i]) == int(ref.argmax())
+    for i in (0, 5, 11):
+        ref = scratch_logits(engine.backends["large"], prompt + traj[:i])
+        assert int(cols["large_token"][i]) == int(ref.argmax())
     assert torch.all(cols["large_topk_ids"][:, 0] == cols["large_token"])
     assert torch.all(cols["small_topk_probs"][:, :-1] >= cols["small_topk_probs"][:, 1:])
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from tests.tiny import save_tiny_pair, tiny_tokenizer
+from tests.tiny import save_tiny_pair, tiny_gguf_pair, tiny_tokenizer
 
 ENV = {
     **os.environ,
@@ -240,8 +240,47 @@ def test_bench_decode_prints_measured_and_predicted(pair, tmp_path, capsys):
         *models(pair),
     ]
     assert main(argv) == 0
-    rows = json.loads(out.read_text())["rows"]
-    assert [r["config"] for r in rows] == ["small-only", "large-only", "random p=0.5"]
+    rows = json.loads(out.read_text())["hf"]["rows"]
+    assert [r["config"] for r in rows] == [
+        "small-only",
+        "large-only",
+        "random p=0.5",
+        "speculative k=4",
+        "speculative adaptive",
+    ]
     assert rows[0]["large_token_share"] == 0 and rows[1]["large_token_share"] == 1
     assert all(r["tok_s"] > 0 and 0 <= r["loop_overhead"] < 1 for r in rows)
     assert "| random p=0.5 |" in capsys.readouterr().out
+
+
+def test_bench_decode_both_backends_in_one_process(tmp_path, capsys):
+    """--backends hf,llama.cpp: one table per backend on the same GGUF pair, llama-cpp-python's
+    own greedy loop as the reference rows, and the speed ratios."""
+    small, large = tiny_gguf_pair()
+    out = tmp_path / "bench.json"
+    argv = ["bench-decode", "--prompts", "1", "--tokens", "8", "--rates", "0.5"]
+    argv += ["--small", str(small), "--large", str(large), "--dtype", "float32"]
+    argv += ["--backends", "hf,llama.cpp", "--threads", "1", "--n-ctx", "512", "--out", str(out)]
+    assert main(argv) == 0
+    result = json.loads(out.read_text())
+    assert set(result) == {"hf", "llama.cpp"}
+    own = [r for r in result["llama.cpp"]["rows"] if r["config"].startswith("llama-cpp-python")]
+    assert len(own) == 2 and all(r["tok_s"] > 0 for r in own)
+    printed = capsys.readouterr().out
+    assert "small-only: llama.cpp / hf = " in printed and "backend llama.cpp:" in printed
+
+
+def test_run_on_llamacpp_records_the_backend(tmp_path):
+    small, large = tiny_gguf_pair()
+    out = tmp_path / "run"
+    argv = ["run", "--task", "cnn_dm", "--router", "oracle", "--limit", "2", "--out", str(out)]
+    argv += ["--small", str(small), "--large", str(large), "--max-new-tokens", "6"]
+    argv += ["--backend", "llama.cpp", "--threads", "1", "--n-ctx", "1024"]
+    assert main(argv) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model_sources"]["backends"] == {"small": "llama.cpp", "large": "llama.cpp"}
+    assert manifest["models"]["large"]["backend"].startswith("llama.cpp ")
+    assert manifest["models"]["small"]["dtype"] == "gguf:F32 x39"
+    # the same folder with another backend is another run: refused, not mixed
+    hf = argv[: argv.index("--backend")] + ["--backend", "hf", "--dtype", "float32"]
+    assert main(hf) == 2

@@ -11,12 +11,12 @@ from harness.train_query import features, fit_logistic
 from routers import get_router
 from routers.base import Needs, QueryView, Router
 from routers.query import QueryClassifier, share_threshold
-from tests.tiny import tiny_backends, tiny_tokenizer
+from tests.tiny import BACKENDS, tiny_backends, tiny_tokenizer
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return Engine(tiny_tokenizer(), tiny_backends())
+@pytest.fixture(scope="module", params=BACKENDS)
+def engine(request):
+    return Engine(tiny_tokenizer(), tiny_backends(kind=request.param))
 
 
 def test_share_threshold_is_a_quantile():

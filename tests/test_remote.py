@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.backend import HFBackend
+from harness.backends.hf import HFBackend
+from harness.backends.remote import RemoteBackend, RemoteConfig, RemoteError, parse_choice
 from harness.core import DecodeConfig
 from harness.engine import Engine
 from harness.models import cache_dir
-from harness.remote import RemoteBackend, RemoteConfig, RemoteError, parse_choice
 from routers import ROUTERS, get_router
 from tests.faultproxy import FaultProxy
 from tests.tiny import info, tiny_pair, tiny_tokenizer

@@ -30,7 +30,7 @@ from routers.reward import (
     model_info,
 )
 from tests.test_core import PROMPT, hf_greedy
-from tests.tiny import tiny_backends, tiny_model
+from tests.tiny import BACKENDS, tiny_backends, tiny_model
 
 N = 24
 
@@ -43,9 +43,9 @@ def tiny_reward(seed: int = 5) -> RewardModel:
     return model
 
 
-@pytest.fixture(scope="module")
-def models():
-    backends = tiny_backends()
+@pytest.fixture(scope="module", params=BACKENDS)
+def models(request):
+    backends = tiny_backends(kind=request.param)
     reward = tiny_reward()
     backends["reward"] = RewardBackend(reward, model_info(reward, "tiny", "float32"))
     return backends
@@ -161,7 +161,13 @@ def test_reward_cost_is_recorded_and_cheaper_than_small(models):
     scored = [f for f in g.forwards if f.model == "reward"]
     assert len(scored) == len(g.steps) and all(f.tokens_in >= 1 for f in scored)
     assert models["reward"].info.weight_bytes < models["small"].info.weight_bytes
-    assert models["reward"].info.kv_bytes_per_token < models["small"].info.kv_bytes_per_token
+    # per cached element: llama.cpp keeps its KV cache in f16, the tiny reward model in float32
+    assert kv_elements(models["reward"].info) < kv_elements(models["small"].info)
+
+
+def kv_elements(info) -> float:
+    size = 2 if info.backend.startswith("llama.cpp") else getattr(torch, info.dtype).itemsize
+    return info.kv_bytes_per_token / size
 
 
 # --- loss and training -----------------------------------------------------------------------

@@ -16,12 +16,17 @@ from routers import get_router
 from routers.base import StepView
 from routers.speculative import Speculative, greedy_accept, speculative_sampling
 from tests.test_core import PROMPT, N, hf_greedy
-from tests.tiny import tiny_backends
+from tests.tiny import BACKENDS, tiny_backends
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def pair(request):
+    return tiny_backends(kind=request.param)
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return tiny_backends()
+def hf_pair():
+    return tiny_backends(kind="hf")
 
 
 def spec(pair, args, **cfg):
@@ -40,9 +45,9 @@ def test_greedy_equals_large_generate(pair, args):
     assert all(s.large_called for s in g.steps)  # large verifies every step
 
 
-def test_greedy_equals_hf_assisted_generation(pair):
-    assisted = hf_greedy(pair["large"], assistant_model=pair["small"].model)
-    assert list(spec(pair, {"k": 4}, max_new_tokens=N).token_ids) == assisted
+def test_greedy_equals_hf_assisted_generation(hf_pair):
+    assisted = hf_greedy(hf_pair["large"], assistant_model=hf_pair["small"].model)
+    assert list(spec(hf_pair, {"k": 4}, max_new_tokens=N).token_ids) == assisted
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 7])

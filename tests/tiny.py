@@ -1,14 +1,22 @@
-"""Tiny random models and a character tokenizer for tests: built from a config in seconds, offline."""
+"""Tiny random models and a character tokenizer for tests: built from a config in seconds, offline.
+
+`tiny_backends(kind=...)` serves the same tiny pair on either CPU backend: "hf" (transformers)
+or "llama.cpp" (the pair written as F32 GGUF files by scripts/make_tiny_gguf.py), so tests can
+be parametrized over `BACKENDS`; `greedy_reference` is each library's own greedy generation.
+"""
 
 from __future__ import annotations
 
+import functools
 import string
+import tempfile
+from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from harness.backend import HFBackend
+from harness.backends.hf import HFBackend
 from harness.records import ModelInfo
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -78,12 +86,84 @@ def tiny_pair(seed: int = 2, noise: float = 0.6):
     return small, large
 
 
-def tiny_backends(seed: int = 2) -> dict:
+BACKENDS = ("hf", "llama.cpp")
+
+
+@functools.cache
+def tiny_gguf_pair(seed: int = 2) -> tuple[Path, Path]:
+    """The tiny pair as two F32 GGUF files (written once per test process)."""
+    from scripts.make_tiny_gguf import write_qwen2_gguf
+
+    root = Path(tempfile.mkdtemp(prefix="hybridbench-tiny-gguf-"))
+    tok = tiny_tokenizer()
+    tok.save_pretrained(root)  # transformers cannot rebuild this char-level vocab from a GGUF
+    return tuple(
+        write_qwen2_gguf(model, tok, root / f"tiny-{name}-{seed}.gguf", name=f"tiny-{name}")
+        for name, model in zip(("small", "large"), tiny_pair(seed), strict=True)
+    )
+
+
+def llamacpp_backend(path: Path, role: str):
+    from harness.backends.llamacpp import LlamaCppBackend, gguf_info
+
+    return LlamaCppBackend(path, gguf_info(path, role, str(path)), threads=1, n_ctx=512)
+
+
+def tiny_backends(seed: int = 2, kind: str = "hf") -> dict:
+    """{"small", "large"} backends of the tiny pair on `kind` ("hf" or "llama.cpp")."""
+    if kind == "llama.cpp":
+        paths = tiny_gguf_pair(seed)
+        return {
+            role: llamacpp_backend(p, role)
+            for role, p in zip(("small", "large"), paths, strict=True)
+        }
     small, large = tiny_pair(seed)
     return {
         "small": HFBackend(small, info("small", small)),
         "large": HFBackend(large, info("large", large)),
     }
+
+
+def scratch_logits(backend, seq: list[int]):
+    """Next-token logits after `seq` from a fresh, cache-free pass of the backend's model."""
+    import torch
+
+    if isinstance(backend, HFBackend):
+        with torch.no_grad():
+            return backend.model(torch.tensor([seq])).logits[0, -1]
+    fresh = llamacpp_backend(backend.path, backend.info.name)
+    return fresh.forward(seq, 1)[0][0]
+
+
+def greedy_reference(backend, prompt: list[int], n: int, **hf_kwargs) -> list[int]:
+    """The backend's own library generating n greedy tokens (EOS ignored), with no project
+    code in the loop: transformers' `generate` (with `hf_kwargs`, e.g. an assistant model), or
+    llama-cpp-python's `Llama.generate`."""
+    import torch
+
+    if isinstance(backend, HFBackend):
+        out = backend.model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+            **hf_kwargs,
+        )
+        return out[0, len(prompt) :].tolist()
+    if hf_kwargs:
+        raise ValueError(f"{sorted(hf_kwargs)} apply to transformers' generate only")
+    from llama_cpp import Llama
+
+    llm = Llama(str(backend.path), n_ctx=512, n_threads=1, verbose=False)
+    ids = []
+    for tok in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
+        ids.append(tok)
+        if len(ids) == n:
+            break
+    llm.close()
+    return ids
 
 
 def save_tiny_pair(root, seed: int = 2):

@@ -1,40 +1,11 @@
-"""Model backends: the only way the decoding core reaches a model.
-
-A backend holds one model and its KV cache for one generation. The protocol is three calls:
-
-    forward(ids, n_rows, hidden) -> (outputs [n_rows, V], hidden [n_rows, H] | None)
-        append `ids` to the cache; return the outputs at the last `n_rows` fed positions
-        (next-token logits for a language model, one scalar per token for a reward model)
-    crop(n)  -> keep only the first n cached tokens (rollback)
-    reset()  -> empty the cache for a new prompt
-
-plus `length` (tokens in the cache), `info` (a `ModelInfo` for the cost model) and `sync()`
-(wait for the device so timers measure finished work). Transformers is the first backend; a
-llama.cpp or remote-server backend implements the same calls.
-"""
+"""The transformers backend: a causal LM with a `DynamicCache` (GPU, and CPU for models with no
+GGUF). Outputs come back as float32 on CPU. See `harness.backends` for the protocol."""
 
 from __future__ import annotations
-
-from typing import Protocol
 
 import torch
 
 from harness.records import ModelInfo
-
-
-class Backend(Protocol):
-    info: ModelInfo
-    length: int
-
-    def reset(self) -> None: ...
-
-    def forward(
-        self, ids: list[int], n_rows: int, hidden: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
-
-    def crop(self, n: int) -> None: ...
-
-    def sync(self) -> None: ...
 
 
 class HFBackend:
@@ -46,6 +17,11 @@ class HFBackend:
         self.device = next(model.parameters()).device
         self.length = 0
         self.cache = None
+
+    @property
+    def n_vocab(self) -> int:
+        """Rows of the output layer (the vocabulary the logits cover, padding included)."""
+        return self.model.get_output_embeddings().weight.shape[0]
 
     def reset(self) -> None:
         from transformers import DynamicCache

@@ -100,7 +100,7 @@ class RemoteStats:
 
 
 class RemoteBackend:
-    """The Backend protocol (harness/backend.py) over an OpenAI-compatible completions server."""
+    """The Backend protocol (harness.backends) over an OpenAI-compatible completions server."""
 
     def __init__(self, cfg: RemoteConfig, vocab_size: int, info: ModelInfo | None = None):
         if cfg.dialect not in DIALECTS:
@@ -316,17 +316,27 @@ def remote_info(backend: RemoteBackend) -> ModelInfo:
         n_params=int(meta.get("n_params", 0)),
         weight_bytes=int(meta.get("size", 0)),
         kv_bytes_per_token=0,
+        backend="remote",
     )
 
 
-def remote_engine(url: str, small: str | None = None, *, dtype: str = "bfloat16", **cfg):
-    """An Engine whose small model is local and whose large model is the server at `url`."""
+def remote_engine(
+    url: str,
+    small: str | None = None,
+    *,
+    dtype: str = "bfloat16",
+    backend: str = "auto",
+    threads: int = 1,
+    n_ctx: int | None = None,
+    **cfg,
+):
+    """An Engine whose small model is local (on `backend`) and whose large model is the server
+    at `url`."""
     from harness import models
-    from harness.backend import HFBackend
-    from harness.engine import Engine
+    from harness.engine import Engine, load_backend
 
-    s = models.load_model(small or models.DEFAULT_SMALL, role="small", dtype=dtype)
-    vocab = s.model.get_output_embeddings().weight.shape[0]
-    backend = RemoteBackend(RemoteConfig(url, **cfg), vocab_size=vocab)
-    backend.info = remote_info(backend)
-    return Engine(s.tokenizer, {"small": HFBackend(s.model, s.info), "large": backend})
+    source = small or models.DEFAULT_SMALL
+    s, tokenizer = load_backend(source, "small", backend, "auto", dtype, threads, n_ctx)
+    remote = RemoteBackend(RemoteConfig(url, **cfg), vocab_size=s.n_vocab)
+    remote.info = remote_info(remote)
+    return Engine(tokenizer, {"small": s, "large": remote})

@@ -1,0 +1,222 @@
+"""The llama.cpp backend: a GGUF model decoded in process through llama-cpp-python's C API.
+
+llama.cpp reads the quantized weights directly (~0.5 GB per token for the packaged 0.5B model
+instead of ~1.2 GB of dequantized bf16), which is why it decodes 4-6x faster than transformers on
+a CPU. The low-level `llama_cpp` module is used, not the high-level `Llama` class: that class
+re-evaluates prompts itself and keeps an n_ctx x vocab float32 score buffer (2.3 GiB at 4096
+tokens for a 151,936-token vocabulary) that the core never reads.
+
+One `LlamaCppBackend` = one model + one context + its KV cache (sequence 0):
+
+    forward(ids, n_rows, hidden)  one `llama_decode` per `n_batch` chunk of new tokens, appended
+                                  to the cache; logits requested only for the last n_rows
+                                  positions. With `hidden`, the context also outputs embeddings
+                                  (pooling NONE): the final hidden state after the output norm,
+                                  which is what transformers' `hidden_states[-1]` holds. llama.cpp
+                                  then outputs every position of the pass (a cost only for a
+                                  query router's prefill, which reads every row anyway).
+    crop(n)                       `llama_memory_seq_rm(mem, 0, n, -1)`: forget positions >= n
+    reset()                       `llama_memory_clear`
+
+`info.weight_bytes` is what one decode step really reads: the GGUF's tensor bytes in their
+quantized types, less the token-embedding table (a step gathers one row of it). The KV cache is
+llama.cpp's default f16, so `kv_bytes_per_token` = 2 (K, V) * layers * kv_heads * head_dim * 2.
+
+Numerics: llama.cpp stores the KV cache in f16 (its default) and quantizes activations for its quantized matrix products (q8 blocks), and its
+results for a position depend on how the positions were batched; greedy decoding on it is
+deterministic for one batching, and agrees with transformers on the same file only up to
+near-ties (F32 files agree to float rounding: tests/test_llamacpp.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness.errors import UserError
+from harness.records import ModelInfo
+
+DEFAULT_N_CTX = 4096  # prompt + completion tokens one generation may hold
+DEFAULT_N_BATCH = 512  # tokens per llama_decode call (longer feeds are split)
+
+
+@functools.cache
+def _lib():
+    """The `llama_cpp` module, initialised once, with llama.cpp's own logging cut to errors."""
+    try:
+        import llama_cpp
+        from llama_cpp import _logger
+    except ImportError:
+        raise UserError(
+            "backend llama.cpp needs llama-cpp-python: pip install 'hybridbench[llamacpp]'"
+        ) from None
+    _logger.set_verbose(False)
+    llama_cpp.llama_backend_init()
+    return llama_cpp
+
+
+def library_version() -> str:
+    return getattr(_lib(), "__version__", "?")
+
+
+def gguf_info(path: Path, role: str, source: str, sha256: str = "") -> ModelInfo:
+    """Sizes of a GGUF file from its header: what the cost model and the manifest need."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except (ValueError, OSError) as e:
+        raise UserError(f"not a readable GGUF file: {path} ({e})") from None
+
+    def field(key: str, default=None):
+        f = reader.fields.get(key)
+        return f.contents() if f is not None else default
+
+    arch = field("general.architecture", "")
+    layers = int(field(f"{arch}.block_count", 0))
+    heads = int(field(f"{arch}.attention.head_count", 1))
+    kv_heads = int(field(f"{arch}.attention.head_count_kv", heads))
+    head_dim = int(field(f"{arch}.attention.key_length", 0)) or int(
+        field(f"{arch}.embedding_length", 0)
+    ) // max(heads, 1)
+    read = [t for t in reader.tensors if t.name != "token_embd.weight"]
+    return ModelInfo(
+        name=role,
+        source=source,
+        device="cpu",
+        dtype="gguf:" + quantization(reader),
+        n_params=sum(int(t.n_elements) for t in reader.tensors),
+        weight_bytes=sum(int(t.n_bytes) for t in read),
+        kv_bytes_per_token=2 * layers * kv_heads * head_dim * 2,
+        sha256=sha256,
+        backend=f"llama.cpp {library_version()}",
+    )
+
+
+def quantization(reader) -> str:
+    """Tensor types by count, most common first: 'Q5_0 x133, F32 x121, ...'."""
+    counts = Counter(t.tensor_type.name for t in reader.tensors)
+    return ", ".join(f"{name} x{n}" for name, n in counts.most_common())
+
+
+class LlamaCppBackend:
+    """One GGUF model and its context; outputs come back as float32 torch tensors on CPU."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        info: ModelInfo,
+        *,
+        threads: int = 1,
+        n_ctx: int = DEFAULT_N_CTX,
+        n_batch: int = DEFAULT_N_BATCH,
+    ):
+        lib = _lib()
+        self.lib, self.info, self.path, self.threads = lib, info, Path(path), max(1, int(threads))
+        self.model = self.ctx = self.batch = None
+        mparams = lib.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        self.model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self.model:
+            raise UserError(f"llama.cpp could not load {self.path} (see the error above)")
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx, n_batch, n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = cparams.n_threads_batch = self.threads
+        cparams.embeddings = False
+        self.ctx = lib.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
+        if lib.llama_pooling_type(self.ctx) != lib.LLAMA_POOLING_TYPE_NONE:  # per-token states
+            raise UserError(f"{path} is an embedding model (pooled outputs), not a causal LM")
+        self.n_ctx, self.n_batch = lib.llama_n_ctx(self.ctx), n_batch
+        self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model))
+        self.n_embd = lib.llama_model_n_embd(self.model)
+        self.mem = lib.llama_get_memory(self.ctx)
+        self.batch = lib.llama_batch_init(n_batch, 0, 1)
+        self.embeddings = False
+        self.length = 0
+
+    def reset(self) -> None:
+        self.lib.llama_memory_clear(self.mem, True)
+        self.length = 0
+
+    @torch.inference_mode()
+    def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
+        if not 1 <= n_rows <= len(ids):
+            raise ValueError(f"n_rows must be in 1..{len(ids)}, got {n_rows}")
+        if self.length + len(ids) > self.n_ctx:
+            raise UserError(
+                f"llama.cpp context of {self.n_ctx} tokens is too small for "
+                f"{self.length + len(ids)} tokens; raise --n-ctx"
+            )
+        if hidden != self.embeddings:
+            self.lib.llama_set_embeddings(self.ctx, hidden)
+            self.embeddings = hidden
+        first_row = len(ids) - n_rows
+        logits, states = [], []
+        for start in range(0, len(ids), self.n_batch):
+            chunk = ids[start : start + self.n_batch]
+            self._decode(chunk, first_row - start)
+            for j in range(max(0, first_row - start), len(chunk)):
+                logits.append(self._row(self.lib.llama_get_logits_ith, j, self.n_vocab))
+                if hidden:
+                    states.append(self._row(self.lib.llama_get_embeddings_ith, j, self.n_embd))
+        out = torch.from_numpy(np.stack(logits))
+        return out, (torch.from_numpy(np.stack(states)) if hidden else None)
+
+    def _decode(self, chunk: list[int], first_row: int) -> None:
+        """One llama_decode of `chunk` at the end of the cache; outputs from `first_row` on."""
+        b, n = self.batch, len(chunk)
+        for i, tok in enumerate(chunk):
+            b.token[i] = tok
+            b.pos[i] = self.length + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = i >= first_row
+        b.n_tokens = n
+        rc = self.lib.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with status {rc} ({self.path.name})")
+        self.length += n
+
+    def _row(self, getter, j: int, width: int) -> np.ndarray:
+        ptr = getter(self.ctx, j)
+        if not ptr:
+            raise RuntimeError(f"llama.cpp returned no output for batch row {j}")
+        return np.ctypeslib.as_array(
+            ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), (width,)
+        ).copy()
+
+    def crop(self, n: int) -> None:
+        if n < self.length:
+            if not self.lib.llama_memory_seq_rm(self.mem, 0, n, -1):
+                raise RuntimeError(f"llama.cpp could not crop the cache to {n} tokens")
+            self.length = n
+
+    def sync(self) -> None:
+        self.lib.llama_synchronize(self.ctx)
+
+    def close(self) -> None:
+        """Free the context and the model (also done when the backend is garbage-collected)."""
+        lib = self.lib
+        if self.batch is not None:
+            lib.llama_batch_free(self.batch)
+            self.batch = None
+        if self.ctx:
+            lib.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            lib.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn the library down
+            pass

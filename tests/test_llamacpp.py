@@ -1,0 +1,157 @@
+"""The llama.cpp backend on the tiny pair written as F32 GGUF files (scripts/make_tiny_gguf.py).
+
+F32 files make transformers and llama.cpp compute the same function, so their logits and last
+hidden states agree up to rounding: llama.cpp keeps the KV cache in f16 (its default, kept here
+as in real runs: ~1e-3 relative error on K and V) and sums in another order. Tolerances: 1e-3
+absolute on logits (magnitude ~1), 3e-3 on the last hidden state (after the RMS norm, ~1-3). Greedy routing
+on llama.cpp is checked against llama-cpp-python's own greedy generation (`Llama.generate`).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.backends import choose
+from harness.backends.llamacpp import LlamaCppBackend, gguf_info
+from harness.core import DecodeConfig, _Run, catch_up, generate, rollback
+from harness.errors import UserError
+from routers import get_router
+from tests.tiny import greedy_reference, llamacpp_backend, tiny_backends, tiny_gguf_pair, tiny_pair
+
+PROMPT = [1, 33, 31, 17, 30, 99, 20, 21, 97, 32, 20, 17, 2, 99, 1, 13]
+N = 24
+ATOL = 1e-3
+HIDDEN_ATOL = 3e-3
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_backends(kind="llama.cpp")
+
+
+@pytest.fixture(scope="module")
+def hf_pair():
+    return tiny_pair()
+
+
+@pytest.mark.parametrize("role", ["small", "large"])
+def test_logits_and_hidden_equal_transformers_on_the_same_file(pair, hf_pair, role):
+    hf = hf_pair[0] if role == "small" else hf_pair[1]
+    b = pair[role]
+    b.reset()
+    logits, hidden = b.forward(PROMPT, len(PROMPT), hidden=True)
+    with torch.no_grad():
+        ref = hf(torch.tensor([PROMPT]), output_hidden_states=True)
+    assert logits.shape == (len(PROMPT), hf.config.vocab_size) and logits.dtype == torch.float32
+    torch.testing.assert_close(logits, ref.logits[0], atol=ATOL, rtol=0)
+    torch.testing.assert_close(hidden, ref.hidden_states[-1][0], atol=HIDDEN_ATOL, rtol=0)
+    # a later one-token pass without hidden states: logits only, still equal
+    nxt, h = b.forward([40], 1)
+    assert h is None
+    with torch.no_grad():
+        ref2 = hf(torch.tensor([PROMPT + [40]])).logits[0, -1]
+    torch.testing.assert_close(nxt[0], ref2, atol=ATOL, rtol=0)
+
+
+def test_catch_up_and_crop_equal_a_from_scratch_pass(pair):
+    """After k unseen tokens in one pass, and after crop + re-feed of another branch, the next
+    logits equal a fresh context's pass over the same sequence."""
+    fresh = llamacpp_backend(pair["large"].path, "large")
+
+    def scratch(seq):
+        fresh.reset()
+        return fresh.forward(seq, 1)[0][0]
+
+    r = _Run(pair, list(PROMPT), len(PROMPT), clock=lambda: 0.0)
+    pair["large"].reset()
+    catch_up(r, "large", PROMPT[:5], 1)
+    seq = PROMPT + [40, 41, 42, 43]
+    got, _ = catch_up(r, "large", seq, 1)
+    assert r.forwards[-1].tokens_in == len(seq) - 5
+    torch.testing.assert_close(got[0], scratch(seq), atol=ATOL, rtol=0)
+    rollback(r, len(PROMPT) + 1)
+    assert pair["large"].length == len(PROMPT) + 1
+    seq2 = PROMPT + [40, 50, 51]
+    got2, _ = catch_up(r, "large", seq2, 1)
+    torch.testing.assert_close(got2[0], scratch(seq2), atol=ATOL, rtol=0)
+
+
+def test_feeds_longer_than_a_batch_are_split(pair):
+    b = llamacpp_backend(pair["small"].path, "small")
+    long = (PROMPT * 40)[:500]
+    whole, _ = b.forward(long, 3)
+    small_batch = LlamaCppBackend(b.path, b.info, threads=1, n_ctx=512, n_batch=64)
+    split, _ = small_batch.forward(long, 3)  # eight llama_decode calls
+    assert small_batch.length == len(long)
+    # another batching sums attention over other blocks of positions: rounding-level changes
+    torch.testing.assert_close(split, whole, atol=HIDDEN_ATOL, rtol=0)
+
+
+def run(pair, name, args=None, **cfg):
+    return generate(pair, get_router(name, args), PROMPT, DecodeConfig(max_new_tokens=N, **cfg))
+
+
+def test_keep_everything_equals_llamacpp_own_greedy(pair):
+    g = run(pair, "small")
+    assert list(g.token_ids) == greedy_reference(pair["small"], PROMPT, N)
+    assert set(g.provenance) == {0}
+
+
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("large", {}),
+        ("random", {"p": 1.0}),
+        ("oracle", {}),
+        ("speculative", {"k": 4}),
+        ("speculative", {"adaptive": True}),
+    ],
+)
+def test_large_equivalent_routers_equal_large_greedy(pair, name, args):
+    g = run(pair, name, args)
+    large = greedy_reference(pair["large"], PROMPT, N)
+    assert list(g.token_ids) == large
+    assert greedy_reference(pair["small"], PROMPT, N) != large  # the models do differ
+
+
+def test_info_counts_quantized_bytes_and_kv():
+    small_path, _ = tiny_gguf_pair()
+    info = gguf_info(small_path, "small", "tiny", "abc")
+    hf = tiny_pair()[0]
+    c = hf.config
+    embed = c.vocab_size * c.hidden_size
+    assert info.n_params == sum(p.numel() for p in hf.parameters())
+    assert info.weight_bytes == 4 * (info.n_params - embed)  # F32, token table not read
+    head_dim = c.hidden_size // c.num_attention_heads
+    assert info.kv_bytes_per_token == 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * 2
+    assert info.dtype == "gguf:F32 x" + str(len(list(hf.state_dict())))
+    assert info.backend.startswith("llama.cpp ")
+
+
+def test_context_too_small_is_a_clear_error(pair):
+    b = LlamaCppBackend(pair["small"].path, pair["small"].info, threads=1, n_ctx=32)
+    assert b.n_ctx >= 32  # llama.cpp may round the context up
+    b.forward(PROMPT, 1)
+    with pytest.raises(UserError, match="too small.*--n-ctx"):
+        b.forward([5] * (b.n_ctx - len(PROMPT) + 1), 1)
+    assert b.length == len(PROMPT)  # nothing was fed
+
+
+def test_unloadable_gguf_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(UserError):
+        gguf_info(bad, "small", str(bad))
+    with pytest.raises(UserError, match="could not load"):
+        LlamaCppBackend(bad, None, threads=1)
+
+
+def test_choose_backend():
+    assert choose("auto", True, "cpu") == "llama.cpp"
+    assert choose("auto", True, "cuda") == "hf"
+    assert choose("auto", False, "cpu") == "hf"
+    with pytest.raises(UserError, match="GGUF"):
+        choose("llama.cpp", False, "cpu")
+    with pytest.raises(UserError, match="unknown backend"):
+        choose("vllm", True, "cpu")
