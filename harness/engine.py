@@ -121,10 +121,8 @@ def load_backend(
 
     path, sha = models.gguf_file(source)
     info = llamacpp.gguf_info(path, role, source, sha)
-    extra = {"n_ctx": n_ctx} if n_ctx else {}
-    return llamacpp.LlamaCppBackend(path, info, threads=threads, **extra), models.gguf_tokenizer(
-        path, sha
-    )
+    backend = llamacpp.LlamaCppBackend(path, info, threads=threads, n_ctx=n_ctx)
+    return backend, models.gguf_tokenizer(path, sha)
 
 
 def engine_from_args(args, router=None) -> Engine:

@@ -95,9 +95,9 @@ def test_load_model_keeps_rotary_table_in_float32(tmp_path):
 
 def test_auto_device_puts_only_large_on_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert models._pick_device("auto", "large") == "cuda"
-    assert models._pick_device("auto", "small") == "cpu"
-    assert models._pick_device("cpu", "large") == "cpu"
+    assert models.pick_device("auto", "large") == "cuda"
+    assert models.pick_device("auto", "small") == "cpu"
+    assert models.pick_device("cpu", "large") == "cpu"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

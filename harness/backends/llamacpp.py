@@ -113,10 +113,11 @@ class LlamaCppBackend:
         info: ModelInfo,
         *,
         threads: int = 1,
-        n_ctx: int = DEFAULT_N_CTX,
+        n_ctx: int | None = None,
         n_batch: int = DEFAULT_N_BATCH,
     ):
         lib = _lib()
+        n_ctx = n_ctx or DEFAULT_N_CTX
         self.lib, self.info, self.path, self.threads = lib, info, Path(path), max(1, int(threads))
         self.model = self.ctx = self.batch = None
         mparams = lib.llama_model_default_params()
