@@ -6,7 +6,9 @@ into a packed form that decodes ~3x slower on CPU than plain dense weights, so e
 converted once into `cache_dir()/dense/<name>-<dtype>/` and loaded from there afterwards (~1.5 s).
 
 Pipeline for a packaged name:  parts (numeric order) -> `assemble_gguf` (sha256-pinned, metadata
-checked) -> `dense_dir` (dequantized once, written atomically) -> `load_model`.
+checked) -> `dense_dir` (dequantized once, written atomically) -> `load_model` (transformers).
+The llama.cpp backend stops after `assemble_gguf` (`gguf_file`) and reads the quantized file
+itself; its tokenizer comes from the GGUF (`gguf_tokenizer`, cached once per file).
 A `source` may also be a local model folder, a `*.gguf` file, or (with a hub reachable) a hub id.
 
 The dense weights are the *quantized* checkpoints dequantized, not the original models: say so
