@@ -40,11 +40,11 @@ def main(argv=None) -> int:
     m = models.load_model(models.DEFAULT_SMALL, role="small", device="cpu", dtype="bfloat16")
     task = gsm8k.GSM8K()
     examples = task.split("train")[: args.n]
-    prompts = {**VARIANTS, "current": gsm8k.PROMPT}
+    prompts = {**VARIANTS, "current": gsm8k.FIRST_RELEASE_PROMPT}  # the prompt of that check
     for name in args.variants:
         correct, tokens, t0 = 0.0, 0, time.perf_counter()
         for ex in examples:
-            question = ex.messages[0]["content"].split("\n\n", 1)[1]  # PROMPT ends "\n\n{question}"
+            question = ex.meta["question"]
             text = prompts[name].format(question=question)
             ids = m.tokenizer.apply_chat_template(
                 [{"role": "user", "content": text}],

@@ -12,7 +12,8 @@ Runs both (real default pair unless --small/--large are given) and compares them
 
 What is compared: that lm-eval's prompts are the run's prompts token for token, that both produced
 the same completion for each example, and that lm-eval's exact_match (flexible-extract; and
-strict-match) equals the run's exact_match (exact_match_strict), per example and in the mean.
+strict-match) equals the run's exact_match_flexible (exact_match_strict), per example and in
+the mean. (The run's primary exact_match reads \\boxed{} first: lm-eval has no such filter.)
 lm-eval's own gsm8k prompt ("Question: ... Answer:", 5-shot) is a different prompt: accuracies
 under it are not comparable with the project's, so it is not what this checks.
 Exit status 0 when everything matches, 1 otherwise.
@@ -30,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FILTERS = {"flexible-extract": "exact_match", "strict-match": "exact_match_strict"}
+FILTERS = {"flexible-extract": "exact_match_flexible", "strict-match": "exact_match_strict"}
 
 
 def _cli(*argv: str) -> None:

@@ -112,5 +112,14 @@ def check_disjoint(used_ids: set[str], eval_ids: list[str], what: str) -> None:
 
 
 def user_message(content: str) -> tuple:
-    """A one-turn chat: the shape of `Example.messages` for every zero-shot task here."""
+    """A one-turn chat: the shape of `Example.messages` for the zero-shot tasks here."""
     return ({"role": "user", "content": content},)
+
+
+def system_user(system: str, content: str) -> tuple:
+    """A system turn then a user turn (gsm8k, math500: Qwen's own math-evaluation format).
+
+    The runner applies the tokenizer's chat template to these messages; Qwen2.5's template
+    puts this system turn in place of its default one ("You are Qwen, created by ...").
+    """
+    return ({"role": "system", "content": system}, {"role": "user", "content": content})

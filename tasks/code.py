@@ -16,7 +16,9 @@ tests compare or call), is in `harness.sandbox`'s docstring.
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 
 # an opening fence with its language, then the block up to the closing fence or the end of text
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -33,6 +35,27 @@ def extract_code(completion: str) -> str:
         if lang.lower() in ("", "python", "python3", "py"):
             return code
     return blocks[0][1] if blocks else completion
+
+
+_CLOSED_FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n.*?```", re.DOTALL)
+
+
+def has_code(completion: str) -> bool:
+    """Whether a reply gives an answer to score: a closed fenced block, or (no fence at all) a
+    reply that parses as Python once dedented (a HumanEval body continuation). A block cut off
+    by the token limit is no answer.
+
+    has_code("```python\ndef f(): pass\n```") -> True; has_code("```python\ndef f(") -> False
+    """
+    if _CLOSED_FENCE.search(completion):
+        return True
+    if "```" in completion or not completion.strip():
+        return False
+    try:
+        ast.parse(textwrap.dedent(completion))
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def passes(program: str) -> bool:

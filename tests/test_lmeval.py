@@ -120,7 +120,7 @@ def test_cli_runs_lm_eval_offline_on_the_projects_prompts(tmp_path, engine):
     task = get_task("gsm8k")
     examples = {ex.id: ex for ex in task.split("test")[:2]}
     # one sample per example and filter; lm-eval's filters are the project's two scores
-    by_filter = {"strict-match": "exact_match_strict", "flexible-extract": "exact_match"}
+    by_filter = {"strict-match": "exact_match_strict", "flexible-extract": "exact_match_flexible"}
     assert sorted((s["filter"], s["doc_id"]) for s in samples) == sorted(
         (f, i) for f in by_filter for i in range(2)
     )

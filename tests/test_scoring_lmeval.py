@@ -84,6 +84,8 @@ def gsm8k_completions(gold: str) -> list[str]:
         "First 3 + 4 = 7, then ... so the result is unclear...",  # ellipsis is a "number"
         f"{plain}",  # bare number
         f"#### {gold} #### 5",  # two answers: strict takes the first
+        f"Adding up, \\boxed{{{gold}}}.",  # the format the prompt asks for (Qwen's)
+        f"\\boxed{{{plain}}}\n#### {plain}",  # both forms
     ]
 
 
@@ -114,7 +116,7 @@ def test_gsm8k_scores_equal_lmeval():
         ours = task.score(ex, completion)
         assert ours["exact_match_strict"] == theirs["strict-match"], completion
         assert ours["exact_match_flexible"] == theirs["flexible-extract"], completion
-    assert len(cases) == 4 * 14
+    assert len(cases) == 4 * 16
 
 
 # ---------------------------------------------------------------- mmlu (and every letter task)

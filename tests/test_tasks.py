@@ -18,6 +18,7 @@ import pytest
 from harness.errors import UserError
 from tasks import TASKS, check_disjoint, get_task
 from tasks.base import Example, Task
+from tasks.cnn_dm import METRICS
 from tasks.code import extract_code
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +35,7 @@ ROWS = {
     "cnn_dm": 8,
 }
 HELD_OUT_TEST = {"mmlu": 14042, "arc_challenge": 1172}
+SYSTEM_TURN = {"gsm8k", "math500"}  # Qwen's math-evaluation format: system turn + bare question
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +90,20 @@ def test_row_counts_and_examples(loaded, name):
     assert len({ex.id for ex in examples}) == len(examples)
     for ex in examples[:20]:
         assert hash(ex) == hash(Example(ex.id, (), None))  # hashable, by id
-        (message,) = ex.messages
+        *system, message = ex.messages  # a system turn only where the prompt format has one
+        assert [m["role"] for m in system] == (["system"] if name in SYSTEM_TURN else [])
         assert message["role"] == "user" and len(message["content"]) > 20
     assert task.load() == examples  # deterministic order, cached
+
+
+def test_mmlu_per_subject_spreads_the_test_split(loaded):
+    task = get_task("mmlu", per_subject=4)
+    test = task.split("test")
+    assert len(test) == 57 * 4 and len({ex.meta["subject"] for ex in test[:200]}) >= 50
+    full = {ex.id: ex for ex in loaded["mmlu"].split("test")}
+    assert all(full[ex.id].messages == ex.messages for ex in test)  # same ids, same rows
+    with pytest.raises(UserError, match="per_subject must be a positive integer"):
+        get_task("mmlu", per_subject=0)
 
 
 def test_mmlu_subject_and_dedupes():
@@ -165,10 +178,75 @@ def test_gsm8k_gold_solutions_score_one(loaded):
             "exact_match": 1.0,
             "exact_match_strict": 1.0,
             "exact_match_flexible": 1.0,
+            "extracted": 1.0,
         }, ex.id
     ex = task.load()[0]
     assert task.score(ex, "#### 19")["exact_match"] == 0.0
     assert task.score(ex, "So she earns $18.")["exact_match_strict"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "completion, answer, stated",
+    [
+        ("So she earns 9 * 2 = 18 dollars. \\boxed{18}", "18", True),
+        ("\\boxed{\\$1,250 \\text{ dollars}}", "1250", True),  # nested braces, units, comma
+        ("\\boxed{\\text{Total} = \\frac{3}{4}}", "0.75", True),  # nested, after the last "="
+        ("\\boxed{18 \\text{ m}^2}", "18", True),  # the exponent is not the answer
+        ("First \\boxed{5}, corrected: \\boxed{7}", "7", True),  # the last box
+        ("\\boxed{7}\n#### 9", "7", True),  # both: the box wins (what the prompt asks for)
+        ("Adding up, she pays\n#### 1,250", "1,250", True),  # lm-eval's strict form
+        ("The answer is 42.", "42.", False),  # neither: lm-eval's flexible last number
+        ("\\boxed{no idea}", "", True),  # stated, but not a number
+    ],
+)
+def test_gsm8k_extraction(completion, answer, stated):
+    from tasks.gsm8k import extract_answer
+
+    assert extract_answer(completion) == (answer, stated)
+
+
+def test_gsm8k_primary_and_lmeval_scores(loaded):
+    task = loaded["gsm8k"]
+    ex = next(e for e in task.load() if e.reference == "2,125")
+    score = task.score(ex, "Total: \\boxed{2125}")
+    assert score == {
+        "exact_match": 1.0,  # numeric: "2125" == "2,125"
+        "exact_match_strict": 0.0,  # no "####"
+        "exact_match_flexible": 1.0,  # lm-eval's last number
+        "extracted": 1.0,
+    }
+    assert task.score(ex, "\\boxed{2,125.00}")["exact_match"] == 1.0  # lm-eval: 0
+    assert task.score(ex, "\\boxed{12}\n#### 2,125")["exact_match"] == 0.0  # the box decides
+    cut = task.score(ex, "First, 2125 ... then 2 * ")  # cut at the budget: last number, unstated
+    assert cut["exact_match"] == 0.0 and cut["extracted"] == 0.0
+
+
+def test_math_prompts_are_qwens_format(loaded):
+    from tasks.gsm8k import SYSTEM
+
+    assert SYSTEM == "Please reason step by step, and put your final answer within \\boxed{}."
+    ex = loaded["gsm8k"].load()[0]
+    assert ex.messages == (
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": ex.meta["question"]},  # the bare question
+    )
+    system, user = loaded["math500"].load()[0].messages
+    assert system == {"role": "system", "content": SYSTEM} and "boxed" not in user["content"]
+
+
+def test_math500_answer_forms(loaded):
+    task = loaded["math500"]
+    ex = next(e for e in task.load() if e.reference == "10")
+    assert task.score(ex, "so \\boxed{10}.")["exact_match"] == 1.0
+    minerva = "Final Answer: The final answer is 10. I hope it is correct."
+    assert task.score(ex, minerva) == {
+        "exact_match": 1.0,
+        "exact_match_minerva": 1.0,
+        "extracted": 1.0,
+    }
+    assert task.score(ex, "Adding up:\n#### 10")["exact_match"] == 1.0
+    assert task.score(ex, "\\boxed{10}\n#### 12")["exact_match"] == 1.0  # the box wins
+    assert task.score(ex, "It is 10, I think")["extracted"] == 0.0
 
 
 @pytest.mark.parametrize("name", ["mmlu", "arc_challenge", "commonsense_qa"])
@@ -178,9 +256,11 @@ def test_letter_tasks_gold_and_wrong(loaded, name):
         assert task.score(ex, f"Step by step... The answer is ({ex.reference}).") == {
             "acc": 1.0,
             "acc_strict": 1.0,
+            "extracted": 1.0,
         }
         wrong = "B" if ex.reference == "A" else "A"
         assert task.score(ex, f"The answer is ({wrong}).")["acc"] == 0.0
+        assert task.score(ex, "")["extracted"] == 0.0  # e.g. cut before any answer
 
 
 def test_math500_gold_solutions_score_one(loaded):
@@ -190,19 +270,20 @@ def test_math500_gold_solutions_score_one(loaded):
     task = loaded["math500"]
     solutions = [doc["solution"] for _, doc in olmo_docs(DATA)]
     for ex, solution in zip(task.load(), solutions, strict=True):
-        assert task.score(ex, solution) == {"exact_match": 1.0}, ex.id
+        assert task.score(ex, solution)["exact_match"] == 1.0, ex.id
     ex = task.load()[0]  # gold \\left(3,\\frac{\\pi}{2}\\right); Minerva keeps \\left, \\right
     assert task.score(ex, "is \\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}.")["exact_match"] == 1.0
     assert task.score(ex, "so it is \\boxed{(3, \\frac{\\pi}{2})}")["exact_match"] == 0.0
     assert task.score(ex, "so it is \\boxed{(3, \\pi)}")["exact_match"] == 0.0
-    assert task.score(ex, "")["exact_match"] == 0.0
+    assert task.score(ex, "") == {"exact_match": 0.0, "exact_match_minerva": 0.0, "extracted": 0.0}
 
 
 def test_cnn_dm_rouge(loaded):
     task = loaded["cnn_dm"]
     ex = task.load()[0]
-    assert task.score(ex, ex.reference) == {"rouge1": 1.0, "rouge2": 1.0, "rougeLsum": 1.0}
-    assert task.score(ex, "") == {"rouge1": 0.0, "rouge2": 0.0, "rougeLsum": 0.0}
+    full, none = {"rouge1": 1.0, "rouge2": 1.0, "rougeLsum": 1.0}, dict.fromkeys(METRICS, 0.0)
+    assert task.score(ex, ex.reference) == {**full, "extracted": 1.0}
+    assert task.score(ex, "") == {**none, "extracted": 0.0}
     partial = task.score(ex, "The library in Brackenford reopened after repairs.")
     assert 0.0 < partial["rouge2"] < partial["rouge1"] < 1.0
 
@@ -282,6 +363,9 @@ def test_code_prompts_show_what_the_tests_need(loaded):
     assert ex.meta["prompt"] in ex.messages[0]["content"]
 
 
+PASS, FAIL = {"pass@1": 1.0, "extracted": 1.0}, {"pass@1": 0.0, "extracted": 1.0}
+
+
 @pytest.fixture(scope="module")
 def sandbox():
     return pytest.importorskip("harness.sandbox")
@@ -290,20 +374,23 @@ def sandbox():
 def test_mbpp_scores_in_sandbox(loaded, sandbox):
     task = loaded["mbpp"]
     for ex in task.load()[:3]:
-        assert task.score(ex, f"```python\n{ex.reference}\n```") == {"pass@1": 1.0}
-        assert task.score(ex, "```python\ndef nothing():\n    pass\n```") == {"pass@1": 0.0}
-    assert task.score(task.load()[0], "I cannot write this.") == {"pass@1": 0.0}
+        assert task.score(ex, f"```python\n{ex.reference}\n```") == PASS
+        assert task.score(ex, "```python\ndef nothing():\n    pass\n```") == FAIL
+        cut = f"```python\n{ex.reference[:20]}"  # cut at the token budget: no answer
+        assert task.score(ex, cut) == {"pass@1": 0.0, "extracted": 0.0}
+    no_code = {"pass@1": 0.0, "extracted": 0.0}
+    assert task.score(task.load()[0], "I cannot write this.") == no_code
     (setup,) = [ex for ex in task.load() if ex.meta["test_setup_code"]]  # builds the gold's Node
-    assert setup.id == "mbpp/367" and task.score(setup, setup.reference) == {"pass@1": 1.0}
+    assert setup.id == "mbpp/367" and task.score(setup, setup.reference) == PASS
 
 
 def test_humaneval_scores_in_sandbox(loaded, sandbox):
     task = loaded["humaneval"]
     for ex in task.load()[:3]:
         body, stub = ex.reference, ex.meta["prompt"]
-        assert task.score(ex, body) == {"pass@1": 1.0}  # continuation (base-model style)
-        assert task.score(ex, f"Sure.\n```python\n{stub}{body}```") == {"pass@1": 1.0}  # chat
-        assert task.score(ex, "    return None\n") == {"pass@1": 0.0}
+        assert task.score(ex, body) == PASS  # continuation (base-model style)
+        assert task.score(ex, f"Sure.\n```python\n{stub}{body}```") == PASS  # chat
+        assert task.score(ex, "    return None\n") == FAIL
 
 
 # Wrong solutions that end the run early with exit status 0: {wrong} is a def returning None.
@@ -349,7 +436,7 @@ def test_ending_the_run_early_never_passes(loaded, sandbox, name, cheat):
     func = entry_point(example)
     wrong = f"def {func}(*args, **kwargs):\n    return None\n"
     completion = f"```python\n{cheat.format(wrong=wrong, name=func)}```"
-    assert task.score(example, completion) == {"pass@1": 0.0}
+    assert task.score(example, completion) == FAIL
 
 
 @pytest.mark.slow

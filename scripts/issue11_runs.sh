@@ -1,0 +1,55 @@
+#!/bin/bash
+# Issue 11: the small-only and large-only runs behind docs/issue11-results.md, then the reference
+# check. Run from the repository root (llama-cpp-python installed); resumable: re-running skips
+# finished examples, so after an interruption run it again. Every model run holds the heavy
+# lock, one chunk at a time, so other heavy jobs can take turns between chunks:
+#
+#   nohup bash scripts/issue11_runs.sh >> /work/logs/issue11-runs.log 2>&1 &
+#   python scripts/task_validity.py runs/validity          # the table, at any time
+#
+# Budgets are each task's own max_new_tokens (tasks/*.py), so the runs use what
+# `hybridbench run --task T` uses. Sizes: the issue's (>= 200 test examples for gsm8k, mbpp,
+# mmlu; all 85 of humaneval's test split; >= 50 for the others; cnn_dm has only the project's
+# 8 written paragraphs, so it runs on all of them).
+set -uo pipefail
+LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
+OUT=${OUT:-runs/validity}
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
+
+run() { # TASK ROUTER LIMIT [run args...]: one chunk, under the lock
+    local task=$1 router=$2 limit=$3
+    shift 3
+    echo "== $(date -u +%H:%M:%S) $task $router --limit $limit $*"
+    flock "$LOCK" hybridbench run --task "$task" --router "$router" --backend llama.cpp \
+        --threads 2 --limit "$limit" --out "$OUT/$task-$router" "$@"
+    local rc=$?
+    [ $rc -eq 0 ] || echo "!! $task $router --limit $limit exited $rc"
+}
+
+both() { # TASK TOTAL CHUNK [run args...]: small and large in step, CHUNK examples at a time
+    local task=$1 total=$2 chunk=$3 n
+    shift 3
+    for ((n = chunk; n < total + chunk; n += chunk)); do
+        n=$((n < total ? n : total))
+        run "$task" small "$n" "$@"
+        run "$task" large "$n" "$@"
+    done
+}
+
+run gsm8k small 20 # the pilot that set gsm8k's budget (docs/issue11-results.md)
+run gsm8k large 20
+both gsm8k 200 50
+both mbpp 200 50
+both humaneval 85 85
+both mmlu 228 76 --task-arg per_subject=4
+both math500 50 25
+both arc_challenge 50 50
+both commonsense_qa 50 50
+both cnn_dm 8 8 --split all
+for n in 50 100; do
+    echo "== $(date -u +%H:%M:%S) reference check --limit $n"
+    flock "$LOCK" python scripts/reference_check.py --runs "$OUT" --tasks gsm8k,mbpp \
+        --limit "$n" --out runs/reference --threads 2
+done
+echo "== $(date -u +%H:%M:%S) done"
