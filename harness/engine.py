@@ -142,7 +142,7 @@ def engine_from_args(args, router=None) -> Engine:
         "n_ctx": getattr(args, "n_ctx", None),
     }
     small_kind = args.small_backend or args.backend
-    if (args.large or "").startswith(("http://", "https://")):
+    if _is_url(args.large):
         from harness.backends.remote import remote_engine
 
         if args.large_backend:
@@ -164,11 +164,16 @@ def engine_from_args(args, router=None) -> Engine:
     return engine
 
 
+def _is_url(source: str | None) -> bool:
+    """A `--large` that names an OpenAI-compatible server rather than a model."""
+    return (source or "").startswith(("http://", "https://"))
+
+
 def backend_kinds(args) -> dict[str, str]:
     """Role -> resolved backend for the pair named in args (for a run's identity)."""
     from harness import models
 
-    if (args.large or "").startswith(("http://", "https://")):
+    if _is_url(args.large):
         large = "remote"
     else:
         large = backend_kind(

@@ -30,7 +30,7 @@ import torch
 from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
-from routers.citer import backend_kind
+from routers.citer import backend_family
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def run_train_citer(args) -> int:
     common = {"task": task.name, "split_seed": args.split_seed, "mode": args.mode}
     common |= {"train_ids": [e.id for e in train], "calib_ids": [e.id for e in calib]}
     common["models"] = {r: b.info.source for r, b in engine.backends.items()}
-    common["small_backend"] = backend_kind(engine.backends["small"].info)
+    common["small_backend"] = backend_family(engine.backends["small"].info)
 
     data = build_labels(
         engine, task, train, cfg, out / "labels_r1.safetensors", trajectories=trajectories

@@ -26,7 +26,7 @@ import torch
 from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
-from routers.citer import backend_kind
+from routers.citer import backend_family
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
@@ -83,7 +83,7 @@ def run_train_query(args) -> int:
         "split_seed": args.split_seed,
         "stats": stats,
         "models": {r: b.info.source for r, b in engine.backends.items()},
-        "small_backend": backend_kind(engine.backends["small"].info),
+        "small_backend": backend_family(engine.backends["small"].info),
     }
     torch.save(ckpt, out / "query.pt")
     print(

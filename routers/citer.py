@@ -58,7 +58,7 @@ def load_checkpoint(path: str | Path, kind: str) -> dict:
     return ckpt
 
 
-def backend_kind(info) -> str:
+def backend_family(info) -> str:
     """The backend of a ModelInfo without its version: "hf", "llama.cpp" or "remote"."""
     return (getattr(info, "backend", "") or "hf").split()[0]
 
@@ -70,7 +70,7 @@ def check_hidden_backend(trained: str, engine, path) -> None:
     same function up to numerics (llama.cpp quantizes activations in its matrix products), so
     the hidden states, and the thresholds calibrated on them, differ: refused rather than
     silently shifted. Checkpoints from before backends were recorded were made on "hf"."""
-    now = backend_kind(engine.backends["small"].info)
+    now = backend_family(engine.backends["small"].info)
     if trained != now:
         raise UserError(
             f"{path} was trained on small's hidden states from the {trained} backend, but small "
