@@ -5,14 +5,28 @@ token sequence; when a model is consulted it catches up on the tokens it has not
 batched forward pass (`catch_up`), and a rejected draft is undone by cropping caches (`rollback`).
 A router never calls a model: it says what it needs (`routers.base.Needs`) and decides.
 
+The loop (`decode_steps`) is the logic of ONE generation and never runs a model itself: it yields
+each model call it needs (a `Call`) and is sent back the outputs. Two drivers run it:
+
+    generate(models, router, ids, cfg)       one generation; each call runs as it comes
+    generate_many(slots, jobs)               up to len(slots) generations in flight; the calls
+                                             they wait on are grouped by model and each group
+                                             runs as ONE batched call (llama.cpp: one
+                                             llama_decode over several sequence ids)
+
+A generation's tokens depend only on the outputs it is sent, so batching changes what it emits
+only where a backend's batched kernels change logits (llama.cpp: float rounding, which can flip
+a near-tie). B = 1 is `generate` exactly.
+
 Run it:  hybridbench generate --router oracle --prompt "What is 7*6?"
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -34,6 +48,20 @@ class DecodeConfig:
     seed: int = 0  # seeds the generation's RNG (sampling and routers)
     stop: tuple[str, ...] = ()  # stop strings; the completion is cut before the first one
     eos_ids: tuple[int, ...] = ()  # token ids that end the generation (not emitted)
+
+
+@dataclass
+class Call:
+    """One model call a generation waits on: `backend.forward(ids, n_rows, hidden)`."""
+
+    backend: Backend
+    ids: list[int]
+    n_rows: int
+    hidden: bool
+
+
+# What a decode loop is: it yields Calls, is sent (outputs, hidden, seconds), returns a Generation.
+Steps = Generator[Call, tuple, "Generation"]
 
 
 @dataclass
@@ -62,11 +90,8 @@ def catch_up(
     m.crop(min(m.length, len(seq) - n_rows))
     before, new = m.length, seq[m.length :]
     phase = "prefill" if before == 0 else phase or _PHASE[role]
-    m.sync()
-    t0 = run.clock()
-    out, h = m.forward(new, n_rows, hidden)
-    m.sync()
-    run.forwards.append(ForwardRecord(role, phase, len(new), before, run.clock() - t0))
+    out, h, seconds = yield Call(m, new, n_rows, hidden)
+    run.forwards.append(ForwardRecord(role, phase, len(new), before, seconds))
     return out, h
 
 
@@ -77,7 +102,7 @@ def draft(run: _Run, k: int, cfg: DecodeConfig, gen: torch.Generator, hidden: bo
     """Small proposes up to k tokens; stops early at EOS. The last token is not fed yet."""
     toks, rows, hids = [], [], []
     for _ in range(k):
-        logits, h = catch_up(run, "small", run.tokens + toks, 1, hidden)
+        logits, h = yield from catch_up(run, "small", run.tokens + toks, 1, hidden)
         toks.append(sample(logits[0], cfg.temperature, cfg.top_p, gen))
         rows.append(logits[0])
         hids.append(h[0] if hidden else None)
@@ -93,12 +118,13 @@ def draft(run: _Run, k: int, cfg: DecodeConfig, gen: torch.Generator, hidden: bo
 def verify(run: _Run, draft_ids: torch.Tensor) -> torch.Tensor:
     """Large over the prefix it has not seen plus the whole draft, in one pass: k+1 rows of p."""
     seq = run.tokens + draft_ids.tolist()
-    return catch_up(run, "large", seq, len(draft_ids) + 1, phase="verify")[0]
+    out, _ = yield from catch_up(run, "large", seq, len(draft_ids) + 1, phase="verify")
+    return out
 
 
 def score(run: _Run, draft_ids: torch.Tensor) -> torch.Tensor:
     """Reward of each drafted token, from the reward model's own incremental cache."""
-    out, _ = catch_up(run, "reward", run.tokens + draft_ids.tolist(), len(draft_ids))
+    out, _ = yield from catch_up(run, "reward", run.tokens + draft_ids.tolist(), len(draft_ids))
     return out[:, 0]
 
 
@@ -110,7 +136,7 @@ def rollback(run: _Run, n_valid: int) -> None:
 
 def route_query(run: _Run, router: Router, gen: torch.Generator) -> str:
     """Query routers: small's prefill (reused if small answers) gives the prompt feature."""
-    _, h = catch_up(run, "small", run.tokens, run.n_prompt, hidden=True)
+    _, h = yield from catch_up(run, "small", run.tokens, run.n_prompt, hidden=True)
     view = QueryView(torch.tensor(run.tokens), h.mean(dim=0), gen)
     return "large" if router.route_query(view) else "small"
 
@@ -133,6 +159,137 @@ def generate(
     `models` maps roles ("small", "large", optionally "reward") to backends; `decode` turns
     token ids into text (needed for stop strings and the returned text).
     """
+    return drive(decode_steps(models, router, prompt_ids, cfg, decode, clock), clock)
+
+
+def drive(steps: Generator, clock: Callable[[], float] = time.perf_counter):
+    """Run a generator of `Call`s (a decode loop, a `catch_up`) to its end, each call as it
+    comes, timed device-synchronized; returns the generator's value."""
+    result = None
+    while True:
+        try:
+            call = steps.send(result)
+        except StopIteration as done:
+            return done.value
+        call.backend.sync()
+        t0 = clock()
+        out, h = call.backend.forward(call.ids, call.n_rows, call.hidden)
+        call.backend.sync()
+        result = (out, h, clock() - t0)
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """One prompt for `generate_many`; `key` comes back with its result."""
+
+    key: object
+    prompt_ids: list[int]
+    cfg: DecodeConfig
+
+
+def generate_many(
+    slots: list[dict[str, Backend]],
+    router: Router,
+    jobs: Iterable[Job],
+    decode: Callable[[list[int]], str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Iterator[tuple[Job, Generation | Exception]]:
+    """Decode `jobs` with up to len(slots) generations in flight; yield (job, Generation) as each
+    finishes (not in job order), or (job, exception) for one that failed.
+
+    Each slot is one generation's models (role -> backend; `Engine.slots`), and each generation
+    has its own copy of `router`. A freed slot takes the next job at once. Each round, the model
+    with the most generations waiting on it runs their calls as one batched call
+    (`backend.forward_batch` where the backend batches, else one call at a time).
+    """
+    jobs, active = iter(jobs), {}  # slot index -> [job, steps, pending Call]
+    free = list(range(len(slots)))[::-1]
+    while True:
+        while free:  # fill free slots
+            job = next(jobs, None)
+            if job is None:
+                break
+            i = free.pop()
+            steps = decode_steps(
+                slots[i], copy.deepcopy(router), job.prompt_ids, job.cfg, decode, clock
+            )
+            active[i] = [job, steps, None]
+            yield from _advance(active, free, i, None)
+        if not active:
+            return
+        owner = _busiest(active)
+        group = [i for i in sorted(active) if _owner(active[i][2].backend) is owner]
+        calls = [active[i][2] for i in group]
+        if len(calls) > 1 and hasattr(owner, "forward_batch"):
+            args = [(c.backend, c.ids, c.n_rows, c.hidden) for c in calls]
+            results = _timed(calls, lambda o=owner, a=args: o.forward_batch(a), clock)
+        else:
+            results = [
+                _timed([c], lambda c=c: [c.backend.forward(c.ids, c.n_rows, c.hidden)], clock)[0]
+                for c in calls
+            ]
+        for i, result in zip(group, results, strict=True):
+            yield from _advance(active, free, i, result)
+
+
+def _timed(calls: list[Call], run: Callable[[], list], clock) -> list:
+    """(outputs, hidden, seconds) per call from `run`, device-synchronized; the exception for
+    every call when it raises (the generations waiting on it see it raised where they called)."""
+    for c in calls:
+        c.backend.sync()
+    t0 = clock()
+    try:
+        outs = run()
+        for c in calls:
+            c.backend.sync()
+    except Exception as e:  # noqa: BLE001 - handed to the generations, see _advance
+        return [e] * len(calls)
+    seconds = clock() - t0
+    return [(out, h, seconds) for out, h in outs]
+
+
+def _owner(backend):
+    """What batches this backend's calls: the model object its sequences share, or itself."""
+    return getattr(backend, "owner", backend)
+
+
+def _busiest(active: dict) -> object:
+    """The model the most waiting generations need (ties: the lowest slot's)."""
+    counts: dict[int, list] = {}
+    for i in sorted(active):
+        owner = _owner(active[i][2].backend)
+        counts.setdefault(id(owner), [0, owner])[0] += 1
+    return max(counts.values(), key=lambda c: c[0])[1]
+
+
+def _advance(active: dict, free: list, i: int, result):
+    """Send `result` (or raise it, an exception) in slot i's generation; park its next call, or
+    yield its end."""
+    job, steps, _ = active[i]
+    try:
+        if isinstance(result, Exception):
+            active[i][2] = steps.throw(result)
+        else:
+            active[i][2] = steps.send(result)
+        return
+    except StopIteration as done:
+        outcome = done.value
+    except Exception as e:  # noqa: BLE001 - one failed generation must not stop the others
+        outcome = e
+    del active[i]
+    free.append(i)
+    yield job, outcome
+
+
+def decode_steps(
+    models: dict[str, Backend],
+    router: Router,
+    prompt_ids: list[int],
+    cfg: DecodeConfig,
+    decode: Callable[[list[int]], str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Steps:
+    """The decode loop of one generation (see `generate`), as a generator of model calls."""
     run = _Run(models, list(prompt_ids), len(prompt_ids), clock)
     gen = torch.Generator().manual_seed(cfg.seed)
     for m in models.values():
@@ -141,7 +298,7 @@ def generate(
     start, ttft, query_route, stop_reason = clock(), math.nan, "", "max_tokens"
     # 1. query routers decide once, then the answer is small-only or large-only
     if router.needs().query:
-        query_route = route_query(run, router, gen)
+        query_route = yield from route_query(run, router, gen)
         router = SmallOnly() if query_route == "small" else LargeOnly()
     while len(run.provenance) < cfg.max_new_tokens:
         t0, n_before = clock(), len(run.forwards)
@@ -149,12 +306,12 @@ def generate(
         k = min(needs.draft_len, cfg.max_new_tokens - len(run.provenance))
         # 2. draft: small proposes k tokens
         if k > 0:
-            d_ids, q, h = draft(run, k, cfg, gen, needs.small_hidden)
+            d_ids, q, h = yield from draft(run, k, cfg, gen, needs.small_hidden)
             k = len(d_ids)
         # 3. score: the reward model rates each drafted token
-        rew = score(run, d_ids) if k and needs.reward else None
+        rew = (yield from score(run, d_ids)) if k and needs.reward else None
         # 4. verify: large reads the draft in one pass when the router needs p
-        p = verify(run, d_ids) if k and needs.large_logits else None
+        p = (yield from verify(run, d_ids)) if k and needs.large_logits else None
         # 5. decide
         if k == 0:
             d = Decision(keep=0, defer=True)
@@ -171,7 +328,10 @@ def generate(
         large_tok = d.defer and len(run.provenance) < cfg.max_new_tokens
         if large_tok:
             if d.large_token is None:
-                rows = p[d.keep] if p is not None else catch_up(run, "large", run.tokens, 1)[0][0]
+                if p is not None:
+                    rows = p[d.keep]
+                else:
+                    rows = (yield from catch_up(run, "large", run.tokens, 1))[0][0]
                 tok = sample(rows, cfg.temperature, cfg.top_p, gen)
             else:
                 tok = d.large_token

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-from harness.backends import Backend, choose
-from harness.core import DecodeConfig, generate
+from harness.backends import Backend, choose, sequences
+from harness.core import DecodeConfig, Job, generate, generate_many
 from harness.errors import UserError
 from harness.records import Generation
 
@@ -21,9 +21,10 @@ from harness.records import Generation
 class Engine:
     """Backends by role ("small", "large", optionally "reward") and their shared tokenizer."""
 
-    def __init__(self, tokenizer, backends: dict[str, Backend]):
+    def __init__(self, tokenizer, backends: dict[str, Backend], batch: int = 1):
         self.tokenizer = tokenizer
         self.backends = dict(backends)
+        self.batch, self.batch_probe = batch, None  # generations decoded together (--batch)
 
     @classmethod
     def load(
@@ -39,8 +40,10 @@ class Engine:
         large_backend: str | None = None,
         threads: int = 1,
         n_ctx: int | None = None,
+        n_seq: int = 1,
     ) -> Engine:
-        """Load a small/large pair; refuses a pair whose tokenizers differ."""
+        """Load a small/large pair; refuses a pair whose tokenizers differ. `n_seq`: how many
+        generations llama.cpp contexts hold at once (the batch size)."""
         from harness import models
 
         roles = {
@@ -48,7 +51,7 @@ class Engine:
             "large": (large or models.DEFAULT_LARGE, large_backend or backend, large_device),
         }
         loaded = {
-            role: load_backend(source, role, kind, device, dtype, threads, n_ctx)
+            role: load_backend(source, role, kind, device, dtype, threads, n_ctx, n_seq)
             for role, (source, kind, device) in roles.items()
         }
         models.check_same_tokenizer(loaded["small"][1], loaded["large"][1])
@@ -85,6 +88,20 @@ class Engine:
         cfg = replace(cfg, eos_ids=cfg.eos_ids or self.eos_ids)
         return generate(self.backends, router, prompt_ids, cfg, self.decode)
 
+    def generate_many(self, router, jobs, batch: int | None = None):
+        """`harness.core.generate_many` over `batch` slots (default `self.batch`): yields
+        (job, Generation | exception) as each finishes. Jobs are `Job(key, prompt_ids, cfg)`."""
+        jobs = (
+            Job(j.key, j.prompt_ids, replace(j.cfg, eos_ids=j.cfg.eos_ids or self.eos_ids))
+            for j in jobs
+        )
+        return generate_many(self.slots(batch or self.batch), router, jobs, self.decode)
+
+    def slots(self, n: int) -> list[dict[str, Backend]]:
+        """n role -> backend maps over the same models, one per generation in flight."""
+        per_role = {role: sequences(b, n) for role, b in self.backends.items()}
+        return [{role: seqs[i] for role, seqs in per_role.items()} for i in range(n)]
+
     def model_infos(self) -> dict:
         """Role -> ModelInfo as a dict, for run manifests and the cost model."""
         return {role: asdict(b.info) for role, b in self.backends.items()}
@@ -106,9 +123,10 @@ def load_backend(
     dtype: str = "bfloat16",
     threads: int = 1,
     n_ctx: int | None = None,
+    n_seq: int = 1,
 ):
     """(Backend, tokenizer) for one model. `dtype` applies to transformers only: a llama.cpp
-    model computes in the quantized types its GGUF file holds."""
+    model computes in the quantized types its GGUF file holds, in a context of `n_seq` sequences."""
     from harness import models
 
     kind = backend_kind(source, backend, device, role)
@@ -121,7 +139,7 @@ def load_backend(
 
     path, sha = models.gguf_file(source)
     info = llamacpp.gguf_info(path, role, source, sha)
-    backend = llamacpp.LlamaCppBackend(path, info, threads=threads, n_ctx=n_ctx)
+    backend = llamacpp.LlamaCppBackend(path, info, threads=threads, n_ctx=n_ctx, n_seq=n_seq)
     return backend, models.gguf_tokenizer(path, sha)
 
 
@@ -130,16 +148,21 @@ def engine_from_args(args, router=None) -> Engine:
 
     A `--large` that is an http(s) URL is an OpenAI-compatible completions server (llama.cpp's
     llama-server, vLLM) serving the large model; it must use small's tokenizer, which cannot be
-    checked from here.
+    checked from here. Commands with `--batch` get `engine.batch` (and `engine.batch_probe` for
+    auto, `harness.batching`); others decode one generation at a time.
     """
     import torch
 
+    from harness import batching
+
     threads = max(1, args.threads or 1)
     torch.set_num_threads(threads)
+    batch = batching.parse(str(getattr(args, "batch", 1)))
     kw = {
         "dtype": args.dtype,
         "threads": threads,
         "n_ctx": getattr(args, "n_ctx", None),
+        "n_seq": max(batching.CANDIDATES) if batch == "auto" else batch,
     }
     small_kind = args.small_backend or args.backend
     if _is_url(args.large):
@@ -161,6 +184,9 @@ def engine_from_args(args, router=None) -> Engine:
         )
     for role, backend in (router.backends(engine) if router else {}).items():
         engine.add(role, backend)  # models a router brings, e.g. the reward router's
+    engine.batch, engine.batch_probe = batch, None
+    if batch == "auto":
+        engine.batch, engine.batch_probe = batching.auto(engine, threads)
     return engine
 
 

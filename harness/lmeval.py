@@ -14,11 +14,12 @@ lm-eval's own command line.
                      passed to the router as an argument (e.g. router=random,p=0.3)
   small=, large=, dtype=, threads=   the pair, as for `hybridbench run` (default pair, bfloat16)
   backend=, small_backend=, large_backend=, n_ctx=   as `--backend` etc. (default auto)
+  batch=N|auto       requests decoded together, as `hybridbench run --batch` (default auto)
   large_url=URL      the large model is an OpenAI-compatible server (harness/backends/remote.py)
   max_gen_toks=256   token budget when a request does not set one
   records=PATH       append one JSON line per request: prompt, text, provenance, steps
-lm-eval's own --batch_size/--device are accepted and ignored (one prompt at a time, on the
-devices the pair was loaded on).
+lm-eval's own --batch_size/--device are accepted and ignored (batch= sets the batch; the
+devices are those the pair was loaded on).
 
 Tasks here (`tasks/lmeval/*.yaml`, each `include:`s lm-eval's installed gsm8k.yaml, so prompts,
 filters and metrics stay lm-eval's):
@@ -82,11 +83,12 @@ class HybridModel:
         small_backend: str | None = None,
         large_backend: str | None = None,
         n_ctx: int | None = None,
+        batch: int | str = "auto",
         max_gen_toks: int = 256,
         seed: int = 0,
         records: str | None = None,
         engine=None,  # an Engine already loaded (tests, scripts); skips loading the pair
-        batch_size=None,  # lm-eval passes these three to every model; one prompt at a time here
+        batch_size=None,  # lm-eval passes these three to every model; batch= is ours
         max_batch_size=None,
         device=None,
         **router_args,
@@ -114,6 +116,7 @@ class HybridModel:
                 small_backend=small_backend,
                 large_backend=large_backend,
                 n_ctx=int(n_ctx) if n_ctx else None,
+                batch=batch,
             )
             engine = engine_from_args(model_args)
         self.engine = engine
@@ -121,19 +124,30 @@ class HybridModel:
     # ------------------------------------------------------------------ generation
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        """One routed generation per request; returns the completion text (stop strings cut)."""
+        """One routed generation per request, `engine.batch` at a time; returns the completion
+        texts (stop strings cut) in request order."""
         from tqdm import tqdm
 
-        out = []
-        for req in tqdm(requests, disable=disable_tqdm, desc=f"hybrid/{self.router.name}"):
+        from harness.core import Job
+
+        jobs = []
+        for i, req in enumerate(requests):
             context, gen_kwargs = req.args
-            cfg = self.decode_config(gen_kwargs)
-            gen = self.engine.generate(self.router, self.encode(context), cfg)
-            out.append(gen.text)
+            jobs.append(Job(i, self.encode(context), self.decode_config(gen_kwargs)))
+        gens: list = [None] * len(jobs)
+        bar = tqdm(total=len(jobs), disable=disable_tqdm, desc=f"hybrid/{self.router.name}")
+        for job, gen in self.engine.generate_many(self.router, jobs):
+            if isinstance(gen, BaseException):
+                raise gen
+            gens[job.key] = gen
+            bar.update()
+        bar.close()
+        for req, gen in zip(requests, gens, strict=True):
+            context, gen_kwargs = req.args
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), gen.text)
             if self.records:
                 self._record(context, gen)
-        return out
+        return [gen.text for gen in gens]
 
     def decode_config(self, gen_kwargs: dict):
         """lm-eval's generation kwargs -> DecodeConfig; unknown kwargs are a UserError."""

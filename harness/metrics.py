@@ -268,6 +268,22 @@ def latency(records: Sequence[dict]) -> dict[str, float]:
     }
 
 
+def throughput(manifest: Mapping) -> dict[str, float]:
+    """A run's throughput from its manifest's `sessions` (one per invocation of `run`):
+
+    batch                 the largest batch size any session used (1 = unbatched)
+    throughput_tok_per_s  emitted tokens / wall seconds, over all sessions (scoring included)
+    examples_per_hour     examples / wall hours, over all sessions
+    """
+    sessions = [s for s in manifest.get("sessions") or [] if s.get("wall_s")]
+    wall = sum(float(s["wall_s"]) for s in sessions)
+    return {
+        "batch": max([int(s.get("batch", 1)) for s in sessions] or [1]),
+        "throughput_tok_per_s": _ratio(sum(s.get("tokens", 0) for s in sessions), wall),
+        "examples_per_hour": _ratio(3600 * sum(s.get("examples", 0) for s in sessions), wall),
+    }
+
+
 # ---------------------------------------------------------------- run summary
 
 
@@ -282,7 +298,9 @@ def summarize(
     tokens_per_example, steps_per_example, large_forwards_per_example   example-means
     bytes_<model>, bytes_catch_up, bytes_total   `bytes_moved` (example-mean bytes per example)
     bytes_per_token         `bytes_per_token`
-    ttft_s, tpot_s, e2e_s, decode_s, tok_per_s   `latency`
+    ttft_s, tpot_s, e2e_s, decode_s, tok_per_s   `latency`: per stream, so NaN for a run
+                            that decoded several examples at once (batch > 1)
+    batch, throughput_tok_per_s, examples_per_hour   `throughput`
     """
     ok = ok_records(records)
     models = manifest.get("models") or {}
@@ -308,5 +326,10 @@ def summarize(
     }
     out.update({f"bytes_{k}": v for k, v in bytes_moved(ok, models).items()})
     out["bytes_per_token"] = bytes_per_token(ok, models)
-    out.update(latency(ok))
+    speed = throughput(manifest)
+    per_stream = latency(ok)
+    if speed["batch"] > 1:  # each example's timers include waiting for the others
+        per_stream = dict.fromkeys(per_stream, NAN)
+    out.update(per_stream)
+    out.update(speed)
     return out

@@ -11,6 +11,17 @@ from harness.errors import UserError
 BACKENDS = ("auto", "hf", "llama.cpp")  # harness.backends.NAMES, without importing torch
 
 
+def add_batch_arg(p: argparse.ArgumentParser) -> None:
+    """`--batch`: generations decoded together (harness.batching); records do not depend on it."""
+    p.add_argument(
+        "--batch",
+        default="auto",
+        metavar="N|auto",
+        help="generations decoded together, their model calls batched (llama.cpp, remote); "
+        "auto = the size measured fastest on this machine (default; 1 for transformers)",
+    )
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """The options every command that loads the pair shares."""
     g = p.add_argument_group("models")

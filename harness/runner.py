@@ -4,7 +4,9 @@
 
 The run folder holds
   manifest.json  - what ran: task, split, router and its arguments, decode settings, models
-                   (source, dtype, device, sizes, sha256), package versions, git commit, machine
+                   (source, dtype, device, sizes, sha256), package versions, git commit, machine,
+                   and one entry per invocation in `sessions`: batch size (--batch), examples,
+                   emitted tokens and wall seconds (the run's throughput)
   records.jsonl  - one `ExampleRecord` per line, appended and fsync'ed as each example is scored
   summary.json   - `harness.metrics.summarize` over the records, written at the end
 Re-running the same command resumes: scored examples are skipped, failed ones (an `error` field)
@@ -50,6 +52,7 @@ def configure_run(p) -> None:
     p.add_argument("--out", required=True, help="run folder (created; resumed if it exists)")
     options.add_decode_args(p, max_new_tokens=None)
     options.add_model_args(p)
+    options.add_batch_arg(p)
 
 
 def run_run(args) -> int:
@@ -94,8 +97,17 @@ def run_run(args) -> int:
     if todo:
         engine = engine_from_args(args, router)
         manifest["models"] = engine.model_infos()
+        session = {"batch": engine.batch, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        if engine.batch_probe:
+            session["batch_probe"] = engine.batch_probe
+        manifest.setdefault("sessions", []).append(session)
         _write_json(out / "manifest.json", manifest)
-        decode_examples(engine, router, task, todo, cfg, out / "records.jsonl", args.split, done)
+        try:
+            decode_examples(
+                engine, router, task, todo, cfg, out / "records.jsonl", args.split, done, session
+            )
+        finally:  # the session's throughput is kept even when it is interrupted
+            _write_json(out / "manifest.json", manifest)
     records = [done[ex.id] for ex in examples if ex.id in done]
     summary = write_summary(out, records, manifest)
     print(_summary_text(summary))
@@ -125,37 +137,57 @@ def _open_run(out: Path, identity: dict, args) -> dict:
 
 
 def decode_examples(
-    engine, router, task, examples, cfg, path: Path, split: str, done: dict
+    engine, router, task, examples, cfg, path: Path, split: str, done: dict, session=None
 ) -> None:
-    """Decode, score and append each example; a failure is recorded (and retried on resume)."""
+    """Decode `engine.batch` examples at a time (`Engine.generate_many`), score and append each
+    as it finishes; a failure is recorded (and retried on resume). `session` (a dict) gets the
+    examples, emitted tokens and wall seconds of this call, also when it is interrupted."""
     from tqdm import tqdm
 
-    bar = tqdm(examples, desc=f"{task.name}/{router.name}", unit="ex", file=sys.stderr)
-    with path.open("a", encoding="utf-8") as f:
-        for ex in bar:
-            t0, error, scores, gen = time.perf_counter(), "", {}, None
-            try:
-                gen = engine.generate(router, engine.encode(ex.messages), cfg)
-                scores = task.score(ex, gen.text)
-            except (UserError, KeyboardInterrupt):
-                raise
-            except Exception as e:  # noqa: BLE001 - recorded as a failed example, retried on resume
-                error = f"{type(e).__name__}: {e}"
-            rec = ExampleRecord(
-                example_id=ex.id,
-                split=split,
-                completion=gen.text if gen else "",
-                scores=scores,
-                generation=gen.to_json() if gen else {},
-                seconds=time.perf_counter() - t0,
-                error=error,
-            ).to_json()
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-            if not error:
-                done[ex.id] = rec
-            bar.set_postfix_str(_progress(done.values(), task.metric))
+    from harness.core import Job
+
+    session = session if session is not None else {}
+    session.update(examples=0, tokens=0, wall_s=0.0)
+    prompts = ((ex, engine.encode(ex.messages)) for ex in examples)
+    jobs = (Job(ex, ids, cfg) for ex, ids in prompts)
+    bar = tqdm(total=len(examples), desc=f"{task.name}/{router.name}", unit="ex", file=sys.stderr)
+    start = time.perf_counter()
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            for job, gen in engine.generate_many(router, jobs):
+                ex, error, scores = job.key, "", {}
+                if isinstance(gen, UserError | KeyboardInterrupt):
+                    raise gen
+                if isinstance(gen, Exception):  # recorded as a failed example, retried on resume
+                    error, gen = f"{type(gen).__name__}: {gen}", None
+                else:
+                    t0 = time.perf_counter()
+                    try:
+                        scores = task.score(ex, gen.text)
+                    except Exception as e:  # noqa: BLE001 - as above
+                        error = f"{type(e).__name__}: {e}"
+                    scored_s = time.perf_counter() - t0
+                rec = ExampleRecord(
+                    example_id=ex.id,
+                    split=split,
+                    completion=gen.text if gen else "",
+                    scores=scores,
+                    generation=gen.to_json() if gen else {},
+                    seconds=gen.seconds + scored_s if gen else 0.0,
+                    error=error,
+                ).to_json()
+                f.write(json.dumps(rec) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+                if not error:
+                    done[ex.id] = rec
+                    session["examples"] += 1
+                    session["tokens"] += len(gen.token_ids)
+                bar.update()
+                bar.set_postfix_str(_progress(done.values(), task.metric))
+    finally:
+        session["wall_s"] = round(time.perf_counter() - start, 3)
+        bar.close()
 
 
 def _progress(records, metric: str) -> str:

@@ -106,6 +106,7 @@ def _add_run_options(p) -> None:
     """The `run` options a sweep passes on to every run unchanged."""
     options.add_decode_args(p, max_new_tokens=None)
     options.add_model_args(p)
+    options.add_batch_arg(p)
 
 
 def run_sweep(args) -> int:

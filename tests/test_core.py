@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.backends.hf import HFBackend
-from harness.core import DecodeConfig, _Run, catch_up, generate, rollback
+from harness.core import DecodeConfig, _Run, catch_up, drive, generate, rollback
 from routers import get_router
 from routers.base import Decision, Router, StepView
 from tests.tiny import BACKENDS, greedy_reference, scratch_logits, tiny_backends
@@ -84,15 +84,15 @@ def test_catch_up_matches_from_scratch_forward(pair):
     atol = 1e-4 if isinstance(large, HFBackend) else 1e-3
     large.reset()
     r = _Run(pair, list(PROMPT), len(PROMPT), clock=lambda: 0.0)
-    catch_up(r, "large", PROMPT[:5], 1)
+    drive(catch_up(r, "large", PROMPT[:5], 1))
     seq = PROMPT + [40, 41, 42, 43]
-    got, _ = catch_up(r, "large", seq, 1)
+    got, _ = drive(catch_up(r, "large", seq, 1))
     assert r.forwards[-1].tokens_in == len(seq) - 5  # one batched pass over every unseen token
     torch.testing.assert_close(got[0], scratch_logits(large, seq), atol=atol, rtol=0)
     # roll back past the caught-up tokens and take another branch: still exact
     rollback(r, len(PROMPT) + 1)
     seq2 = PROMPT + [40, 50, 51]
-    got2, _ = catch_up(r, "large", seq2, 1)
+    got2, _ = drive(catch_up(r, "large", seq2, 1))
     torch.testing.assert_close(got2[0], scratch_logits(large, seq2), atol=atol, rtol=0)
 
 

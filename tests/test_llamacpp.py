@@ -14,7 +14,7 @@ import torch
 
 from harness.backends import choose
 from harness.backends.llamacpp import LlamaCppBackend, gguf_info
-from harness.core import DecodeConfig, _Run, catch_up, generate, rollback
+from harness.core import DecodeConfig, _Run, catch_up, drive, generate, rollback
 from harness.errors import UserError
 from routers import get_router
 from tests.tiny import greedy_reference, llamacpp_backend, tiny_backends, tiny_gguf_pair, tiny_pair
@@ -65,15 +65,15 @@ def test_catch_up_and_crop_equal_a_from_scratch_pass(pair):
 
     r = _Run(pair, list(PROMPT), len(PROMPT), clock=lambda: 0.0)
     pair["large"].reset()
-    catch_up(r, "large", PROMPT[:5], 1)
+    drive(catch_up(r, "large", PROMPT[:5], 1))
     seq = PROMPT + [40, 41, 42, 43]
-    got, _ = catch_up(r, "large", seq, 1)
+    got, _ = drive(catch_up(r, "large", seq, 1))
     assert r.forwards[-1].tokens_in == len(seq) - 5
     torch.testing.assert_close(got[0], scratch(seq), atol=ATOL, rtol=0)
     rollback(r, len(PROMPT) + 1)
     assert pair["large"].length == len(PROMPT) + 1
     seq2 = PROMPT + [40, 50, 51]
-    got2, _ = catch_up(r, "large", seq2, 1)
+    got2, _ = drive(catch_up(r, "large", seq2, 1))
     torch.testing.assert_close(got2[0], scratch(seq2), atol=ATOL, rtol=0)
 
 

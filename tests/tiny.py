@@ -103,18 +103,20 @@ def tiny_gguf_pair(seed: int = 2) -> tuple[Path, Path]:
     )
 
 
-def llamacpp_backend(path: Path, role: str):
+def llamacpp_backend(path: Path, role: str, n_seq: int = 1):
     from harness.backends.llamacpp import LlamaCppBackend, gguf_info
 
-    return LlamaCppBackend(path, gguf_info(path, role, str(path)), threads=1, n_ctx=512)
+    info = gguf_info(path, role, str(path))
+    return LlamaCppBackend(path, info, threads=1, n_ctx=512, n_seq=n_seq)
 
 
-def tiny_backends(seed: int = 2, kind: str = "hf") -> dict:
-    """{"small", "large"} backends of the tiny pair on `kind` ("hf" or "llama.cpp")."""
+def tiny_backends(seed: int = 2, kind: str = "hf", n_seq: int = 1) -> dict:
+    """{"small", "large"} backends of the tiny pair on `kind` ("hf" or "llama.cpp"); a llama.cpp
+    context holds `n_seq` sequences (for batched decoding)."""
     if kind == "llama.cpp":
         paths = tiny_gguf_pair(seed)
         return {
-            role: llamacpp_backend(p, role)
+            role: llamacpp_backend(p, role, n_seq)
             for role, p in zip(("small", "large"), paths, strict=True)
         }
     small, large = tiny_pair(seed)

@@ -16,6 +16,11 @@ plus `length` (tokens in the cache), `info` (a `ModelInfo` for the cost model) a
                  quantized GGUF directly (4-6x transformers' speed on this project's CPU)
     remote.py    an OpenAI-compatible completions server (`RemoteBackend`): vLLM, llama-server
 
+Batching (`harness.core.generate_many`): `sequences(backend, n)` gives n backends over the same
+model, one per generation in flight. A backend whose sequences share an `owner` with a
+`forward_batch(calls)` runs their calls together: llama.cpp (sequence ids in one context) and
+remote (concurrent requests); transformers runs them one at a time.
+
 `choose()` resolves the `--backend` option (auto, hf, llama.cpp) for one model source.
 """
 
@@ -45,6 +50,15 @@ class Backend(Protocol):
     def crop(self, n: int) -> None: ...
 
     def sync(self) -> None: ...
+
+
+def sequences(backend: Backend, n: int) -> list[Backend]:
+    """n backends over `backend`'s model for n generations in flight (the first is `backend`)."""
+    if hasattr(backend, "sequences"):
+        return backend.sequences(n)
+    if n == 1:
+        return [backend]
+    raise UserError(f"{type(backend).__name__} cannot decode {n} sequences at once; use --batch 1")
 
 
 def llamacpp_available() -> bool:

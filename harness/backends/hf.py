@@ -3,6 +3,8 @@ GGUF). Outputs come back as float32 on CPU. See `harness.backends` for the proto
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from harness.records import ModelInfo
@@ -22,6 +24,16 @@ class HFBackend:
     def n_vocab(self) -> int:
         """Rows of the output layer (the vocabulary the logits cover, padding included)."""
         return self.model.get_output_embeddings().weight.shape[0]
+
+    def sequences(self, n: int) -> list[HFBackend]:
+        """n backends over the same weights, each with its own cache. transformers runs them one
+        call at a time (no `forward_batch`): padded batches would change the numerics."""
+        return [self] + [self._fresh() for _ in range(n - 1)]
+
+    def _fresh(self) -> HFBackend:
+        other = copy.copy(self)
+        other.cache, other.length = None, 0
+        return other
 
     def reset(self) -> None:
         from transformers import DynamicCache

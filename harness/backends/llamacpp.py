@@ -6,7 +6,8 @@ a CPU. The low-level `llama_cpp` module is used, not the high-level `Llama` clas
 re-evaluates prompts itself and keeps an n_ctx x vocab float32 score buffer (2.3 GiB at 4096
 tokens for a 151,936-token vocabulary) that the core never reads.
 
-One `LlamaCppBackend` = one model + one context + its KV cache (sequence 0):
+One `LlamaCppBackend` = one model + one context + its KV cache (sequence 0; `n_seq` > 1 gives
+the context more sequences, `sequences()`, batched together by `forward_batch`):
 
     forward(ids, n_rows, hidden)  one `llama_decode` per `n_batch` chunk of new tokens, appended
                                   to the cache; logits requested only for the last n_rows
@@ -15,8 +16,8 @@ One `LlamaCppBackend` = one model + one context + its KV cache (sequence 0):
                                   which is what transformers' `hidden_states[-1]` holds. llama.cpp
                                   then outputs every position of the pass (a cost only for a
                                   query router's prefill, which reads every row anyway).
-    crop(n)                       `llama_memory_seq_rm(mem, 0, n, -1)`: forget positions >= n
-    reset()                       `llama_memory_clear`
+    crop(n)                       `llama_memory_seq_rm(mem, seq, n, -1)`: forget positions >= n
+    reset()                       the same from 0 (`llama_memory_clear` for a one-sequence context)
 
 `info.weight_bytes` is what one decode step really reads: the GGUF's tensor bytes in their
 quantized types, less the token-embedding table (a step gathers one row of it). The KV cache is
@@ -104,8 +105,42 @@ def quantization(reader) -> str:
     return ", ".join(f"{name} x{n}" for name, n in counts.most_common())
 
 
-class LlamaCppBackend:
-    """One GGUF model and its context; outputs come back as float32 torch tensors on CPU."""
+class LlamaCppSequence:
+    """One sequence id of a `LlamaCppBackend`'s context, with its own KV cells: a Backend of its
+    own, whose calls its owner can batch with other sequences' (`LlamaCppBackend.forward_batch`)."""
+
+    def __init__(self, owner: LlamaCppBackend, seq_id: int):
+        self.owner, self.seq_id, self.info, self.length = owner, seq_id, owner.info, 0
+
+    def __getattr__(self, name: str):  # path, threads, n_ctx, n_vocab, ... are the owner's
+        if name == "owner":
+            raise AttributeError(name)
+        return getattr(self.owner, name)
+
+    def reset(self) -> None:
+        self.owner.lib.llama_memory_seq_rm(self.owner.mem, self.seq_id, -1, -1)
+        self.length = 0
+
+    def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
+        return self.owner.forward_batch([(self, ids, n_rows, hidden)])[0]
+
+    def crop(self, n: int) -> None:
+        if n < self.length:
+            if not self.owner.lib.llama_memory_seq_rm(self.owner.mem, self.seq_id, n, -1):
+                raise RuntimeError(f"llama.cpp could not crop the cache to {n} tokens")
+            self.length = n
+
+    def sync(self) -> None:
+        self.owner.lib.llama_synchronize(self.owner.ctx)
+
+
+class LlamaCppBackend(LlamaCppSequence):
+    """One GGUF model and its context; outputs come back as float32 torch tensors on CPU.
+
+    The backend itself is sequence 0. With `n_seq` > 1 the context holds that many sequences,
+    each with `n_ctx` cells of its own (`sequences()`), and `forward_batch` decodes calls of
+    several of them in one `llama_decode`: the weights are read once for all of them.
+    """
 
     def __init__(
         self,
@@ -115,76 +150,113 @@ class LlamaCppBackend:
         threads: int = 1,
         n_ctx: int | None = None,
         n_batch: int = DEFAULT_N_BATCH,
+        n_seq: int = 1,
     ):
         lib = _lib()
-        n_ctx = n_ctx or DEFAULT_N_CTX
-        self.lib, self.info, self.path, self.threads = lib, info, Path(path), max(1, int(threads))
+        n_ctx, n_seq = n_ctx or DEFAULT_N_CTX, max(1, int(n_seq))
+        self.lib, self.path, self.threads = lib, Path(path), max(1, int(threads))
         self.model = self.ctx = self.batch = None
+        self.info = info
+        super().__init__(self, 0)
         mparams = lib.llama_model_default_params()
         mparams.n_gpu_layers = 0
         self.model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self.model:
             raise UserError(f"llama.cpp could not load {self.path} (see the error above)")
         cparams = lib.llama_context_default_params()
-        cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx, n_batch, n_batch
-        cparams.n_seq_max = 1
+        cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx * n_seq, n_batch, n_batch
+        cparams.n_seq_max, cparams.kv_unified = n_seq, False  # one KV stream per sequence
         cparams.n_threads = cparams.n_threads_batch = self.threads
         cparams.embeddings = False
         self.ctx = lib.llama_init_from_model(self.model, cparams)
         if not self.ctx:
-            raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
+            raise UserError(
+                f"llama.cpp could not create a context of {n_seq} x {n_ctx} tokens for {path}"
+            )
         if lib.llama_pooling_type(self.ctx) != lib.LLAMA_POOLING_TYPE_NONE:  # per-token states
             raise UserError(f"{path} is an embedding model (pooled outputs), not a causal LM")
-        self.n_ctx, self.n_batch = lib.llama_n_ctx(self.ctx), n_batch
+        self.n_ctx, self.n_batch, self.n_seq = lib.llama_n_ctx(self.ctx) // n_seq, n_batch, n_seq
         self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model))
         self.n_embd = lib.llama_model_n_embd(self.model)
         self.mem = lib.llama_get_memory(self.ctx)
         self.batch = lib.llama_batch_init(n_batch, 0, 1)
         self.embeddings = False
-        self.length = 0
+        self._sequences = [self] + [LlamaCppSequence(self, i) for i in range(1, n_seq)]
+
+    def __getattr__(self, name: str):  # the owner has no one to defer to
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def sequences(self, n: int) -> list[LlamaCppSequence]:
+        """n sequences of this context (the first is the backend itself)."""
+        if n > self.n_seq:
+            raise UserError(
+                f"{self.path.name} was loaded for {self.n_seq} sequence(s), not {n}; "
+                "load it with the batch size (--batch)"
+            )
+        return self._sequences[:n]
 
     def reset(self) -> None:
-        self.lib.llama_memory_clear(self.mem, True)
-        self.length = 0
+        if self.n_seq == 1:
+            self.lib.llama_memory_clear(self.mem, True)
+            self.length = 0
+        else:
+            super().reset()
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
-        if not 1 <= n_rows <= len(ids):
-            raise ValueError(f"n_rows must be in 1..{len(ids)}, got {n_rows}")
-        if self.length + len(ids) > self.n_ctx:
-            raise UserError(
-                f"llama.cpp context of {self.n_ctx} tokens is too small for "
-                f"{self.length + len(ids)} tokens; raise --n-ctx"
-            )
+    def forward_batch(self, calls) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Calls (sequence, ids, n_rows, hidden) of distinct sequences, decoded together: one
+        `llama_decode` per `n_batch` tokens of all of them; returns each call's (logits, hidden)."""
+        for seq, ids, n_rows, _ in calls:
+            if not 1 <= n_rows <= len(ids):
+                raise ValueError(f"n_rows must be in 1..{len(ids)}, got {n_rows}")
+            if seq.length + len(ids) > self.n_ctx:
+                raise UserError(
+                    f"llama.cpp context of {self.n_ctx} tokens is too small for "
+                    f"{seq.length + len(ids)} tokens; raise --n-ctx"
+                )
+        results: list = [None] * len(calls)
+        for hidden in (False, True):  # embeddings on only for the calls that read them
+            part = [j for j, c in enumerate(calls) if c[3] == hidden]
+            if part:
+                self._decode_calls([calls[j] for j in part], hidden, results, part)
+        return results
+
+    def _decode_calls(self, calls, hidden: bool, results: list, where: list[int]) -> None:
         if hidden != self.embeddings:
             self.lib.llama_set_embeddings(self.ctx, hidden)
             self.embeddings = hidden
-        first_row = len(ids) - n_rows
-        logits, states = [], []
-        for start in range(0, len(ids), self.n_batch):
-            chunk = ids[start : start + self.n_batch]
-            self._decode(chunk, first_row - start)
-            for j in range(max(0, first_row - start), len(chunk)):
-                logits.append(self._row(self.lib.llama_get_logits_ith, j, self.n_vocab))
-                if hidden:
-                    states.append(self._row(self.lib.llama_get_embeddings_ith, j, self.n_embd))
-        out = torch.from_numpy(np.stack(logits))
-        return out, (torch.from_numpy(np.stack(states)) if hidden else None)
-
-    def _decode(self, chunk: list[int], first_row: int) -> None:
-        """One llama_decode of `chunk` at the end of the cache; outputs from `first_row` on."""
-        b, n = self.batch, len(chunk)
-        for i, tok in enumerate(chunk):
-            b.token[i] = tok
-            b.pos[i] = self.length + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = i >= first_row
-        b.n_tokens = n
-        rc = self.lib.llama_decode(self.ctx, b)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode failed with status {rc} ({self.path.name})")
-        self.length += n
+        # (call, position in the call, token, wants output) for every fed token, call by call
+        items = [
+            (j, k, tok, k >= len(ids) - n_rows)
+            for j, (_, ids, n_rows, _) in enumerate(calls)
+            for k, tok in enumerate(ids)
+        ]
+        logits: list[list] = [[] for _ in calls]
+        states: list[list] = [[] for _ in calls]
+        for start in range(0, len(items), self.n_batch):
+            chunk = items[start : start + self.n_batch]
+            b = self.batch
+            for i, (j, k, tok, out) in enumerate(chunk):
+                b.token[i] = tok
+                b.pos[i] = calls[j][0].length + k
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = calls[j][0].seq_id
+                b.logits[i] = out
+            b.n_tokens = len(chunk)
+            rc = self.lib.llama_decode(self.ctx, b)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode failed with status {rc} ({self.path.name})")
+            for i, (j, _, _, out) in enumerate(chunk):
+                if out:
+                    logits[j].append(self._row(self.lib.llama_get_logits_ith, i, self.n_vocab))
+                    if hidden:
+                        states[j].append(
+                            self._row(self.lib.llama_get_embeddings_ith, i, self.n_embd)
+                        )
+        for j, (seq, ids, _, _) in enumerate(calls):
+            seq.length += len(ids)
+            h = torch.from_numpy(np.stack(states[j])) if hidden else None
+            results[where[j]] = (torch.from_numpy(np.stack(logits[j])), h)
 
     def _row(self, getter, j: int, width: int) -> np.ndarray:
         ptr = getter(self.ctx, j)
@@ -193,15 +265,6 @@ class LlamaCppBackend:
         return np.ctypeslib.as_array(
             ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), (width,)
         ).copy()
-
-    def crop(self, n: int) -> None:
-        if n < self.length:
-            if not self.lib.llama_memory_seq_rm(self.mem, 0, n, -1):
-                raise RuntimeError(f"llama.cpp could not crop the cache to {n} tokens")
-            self.length = n
-
-    def sync(self) -> None:
-        self.lib.llama_synchronize(self.ctx)
 
     def close(self) -> None:
         """Free the context and the model (also done when the backend is garbage-collected)."""

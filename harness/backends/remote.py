@@ -46,10 +46,12 @@ is tested on a canned response only; no vLLM server runs on this machine.
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -163,6 +165,20 @@ class RemoteBackend:
         self.stats.forwards += 1
         self.stats.rows += n_rows
         return rows, None
+
+    def sequences(self, n: int) -> list[RemoteBackend]:
+        """n sequences, each with its own token list and connection; `forward_batch` sends their
+        requests concurrently and the server batches them (vLLM, llama-server --parallel N)."""
+        seqs = [self]
+        for _ in range(n - 1):
+            other = copy.copy(self)
+            other.tokens, other._conn, other.owner = [], None, self
+            seqs.append(other)
+        return seqs
+
+    def forward_batch(self, calls) -> list:
+        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+            return list(pool.map(lambda c: c[0].forward(c[1], c[2], c[3]), calls))
 
     # ------------------------------------------------------------------ requests
 
@@ -328,6 +344,7 @@ def remote_engine(
     backend: str = "auto",
     threads: int = 1,
     n_ctx: int | None = None,
+    n_seq: int = 1,
     **cfg,
 ):
     """An Engine whose small model is local (on `backend`) and whose large model is the server
@@ -336,7 +353,7 @@ def remote_engine(
     from harness.engine import Engine, load_backend
 
     source = small or models.DEFAULT_SMALL
-    s, tokenizer = load_backend(source, "small", backend, "auto", dtype, threads, n_ctx)
+    s, tokenizer = load_backend(source, "small", backend, "auto", dtype, threads, n_ctx, n_seq)
     remote = RemoteBackend(RemoteConfig(url, **cfg), vocab_size=s.n_vocab)
     remote.info = remote_info(remote)
     return Engine(tokenizer, {"small": s, "large": remote})

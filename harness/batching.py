@@ -1,0 +1,119 @@
+"""The batch size: how many generations decode together (`--batch N | auto`).
+
+`auto` is measured, not guessed: `probe` times one-token decode steps of B sequences at once for
+each model the engine batches (llama.cpp, remote), B in `CANDIDATES`, and `best_batch` picks the
+B with the highest throughput for a step of every such model (B / sum of their step times). The
+answer is cached per machine, models, threads and backend (cache_dir()/batch/), so only a
+machine's first run pays the probe (seconds: 8 steps per B per model). A pair that cannot batch
+(transformers runs sequences one at a time) is B = 1.
+
+    hybridbench run --task gsm8k --router small --batch auto ...   # manifest: batch, batch_probe
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sys
+import time
+
+CANDIDATES = (1, 2, 4, 8, 16)
+PROBE_STEPS = 8  # one-token decode steps timed per batch size
+PROBE_PROMPT = 32  # tokens each probe sequence holds before the timed steps
+
+
+def parse(value: str) -> int | str:
+    """`--batch` as given: a positive int or 'auto'."""
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        from harness.errors import UserError
+
+        raise UserError(f"--batch must be a positive integer or 'auto', got {value!r}")
+    return n
+
+
+def batched_roles(engine) -> list[str]:
+    """Roles whose backend runs several sequences in one call."""
+    return [
+        r for r, b in engine.backends.items() if hasattr(getattr(b, "owner", b), "forward_batch")
+    ]
+
+
+def probe(engine, candidates=CANDIDATES, steps: int = PROBE_STEPS) -> dict[str, dict[int, float]]:
+    """role -> {B: seconds per one-token step of B sequences}, for the batched roles."""
+    out = {}
+    for role in batched_roles(engine):
+        owner = engine.backends[role]
+        seqs = owner.sequences(max(candidates))
+        out[role] = {}
+        for b in candidates:
+            for s in seqs:
+                s.reset()
+            owner.forward_batch(
+                [(s, [1 + i % 100 for i in range(PROBE_PROMPT)], 1, False) for s in seqs[:b]]
+            )
+            owner.forward_batch([(s, [7], 1, False) for s in seqs[:b]])  # warm-up
+            owner.sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                owner.forward_batch([(s, [7], 1, False) for s in seqs[:b]])
+            owner.sync()
+            out[role][b] = (time.perf_counter() - t0) / steps
+        for s in seqs:
+            s.reset()
+    return out
+
+
+def best_batch(times: dict[str, dict[int, float]]) -> int:
+    """The B with the most tokens per second when each token costs a step of every model."""
+    if not times:
+        return 1
+    sizes = set.intersection(*(set(t) for t in times.values()))
+    return max(sorted(sizes), key=lambda b: b / sum(t[b] for t in times.values()))
+
+
+def auto(engine, threads: int) -> tuple[int, dict]:
+    """(batch size, the probe's record) for this engine on this machine; cached."""
+    from harness.models import cache_dir
+
+    roles = batched_roles(engine)
+    if not roles:
+        return 1, {"reason": "no model here decodes several sequences in one call"}
+    infos = {r: engine.backends[r].info for r in roles}
+    key = json.dumps(
+        [platform.processor() or platform.machine(), _cpu_brand(), threads, CANDIDATES]
+        + [(r, i.source, i.sha256, i.backend) for r, i in sorted(infos.items())]
+    )
+    path = cache_dir() / "batch" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
+    if path.exists():
+        record = json.loads(path.read_text())
+        return int(record["batch"]), record
+    print("measuring the fastest batch size on this machine (once) ...", file=sys.stderr)
+    times = probe(engine)
+    record = {
+        "batch": best_batch(times),
+        "step_seconds": {r: {str(b): round(s, 6) for b, s in t.items()} for r, t in times.items()},
+        "threads": threads,
+        "cpu": _cpu_brand(),
+        "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"batch size {record['batch']} (probe saved in {path})", file=sys.stderr)
+    return record["batch"], record
+
+
+def _cpu_brand() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
