@@ -108,6 +108,28 @@ def table(out: Path, routers, sizes, margins: bool, threads: int) -> str:
     return text
 
 
+def agreement(a: Path, b: Path, margins: bool, threads: int) -> str:
+    """Examples of both folders whose outputs are equal; the others with their margins."""
+    ra, sa, ma = load(a)
+    rb, sb, mb = load(b)
+    same = sorted(k for k in ra if k in rb)
+    differ = [
+        k for k in same if ra[k]["generation"]["token_ids"] != rb[k]["generation"]["token_ids"]
+    ]
+    batches = [max(int(s.get("batch", 1)) for s in m.get("sessions") or [{}]) for m in (ma, mb)]
+    text = (
+        f"{a} (batch {batches[0]}) vs {b} (batch {batches[1]}): outputs equal on "
+        f"{len(same) - len(differ)}/{len(same)} examples "
+        f"({(len(same) - len(differ)) / max(1, len(same)):.1%}); "
+        f"quality {sa['quality']:.3f} vs {sb['quality']:.3f}"
+    )
+    for k in differ:
+        pos = first_difference(rb[k]["generation"]["token_ids"], ra[k]["generation"]["token_ids"])
+        extra = margin_text(ra[k], pos, threads) if margins else ""
+        text += f"\n- {k}: first difference at token {pos}{extra}"
+    return text
+
+
 @functools.cache
 def _engine(threads: int):
     from harness.engine import Engine
@@ -142,7 +164,16 @@ def main() -> int:
     p.add_argument("--lock", default=os.environ.get("LOCK", "/tmp/hybridbench-heavy.lock"))
     p.add_argument("--table", action="store_true", help="print the table of finished cells only")
     p.add_argument("--margins", action="store_true", help="top-2 margins where outputs differ")
+    p.add_argument(
+        "--pair",
+        nargs=2,
+        metavar=("UNBATCHED", "BATCHED"),
+        help="instead: per-example agreement of two run folders of one router",
+    )
     args = p.parse_args()
+    if args.pair:
+        print(agreement(Path(args.pair[0]), Path(args.pair[1]), args.margins, args.threads))
+        return 0
     out = Path(args.out)
     routers = [r for r in args.routers.split(",") if r]
     unknown = sorted(set(routers) - set(ROUTERS))

@@ -1,0 +1,22 @@
+#!/bin/bash
+# Issue 12 (batched evaluation): the real-pair measurements behind the README's batching table.
+# Resumable (every step is a resumable run under the heavy lock); run from the repository root:
+#
+#   nohup bash scripts/issue12_runs.sh >> /work/logs/issue12-runs.log 2>&1 &
+#   python scripts/batch_bench.py --table                       # the throughput table so far
+#   python scripts/batch_bench.py --pair runs/validity/gsm8k-small runs/batch/small-100-b8 --margins
+set -uo pipefail
+LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
+THREADS=${THREADS:-2}
+# 1. examples per hour at B = 1, 4, 8, 16 on the same 16 gsm8k test examples
+python scripts/batch_bench.py --routers small,random --limit 16 --threads "$THREADS" --out runs/batch
+# 2. 100 examples, small-only, unbatched (the issue-11 run folder) and at B = 8
+flock "$LOCK" hybridbench run --task gsm8k --router small --backend llama.cpp --threads "$THREADS" \
+    --batch 1 --limit 100 --out runs/validity/gsm8k-small
+flock "$LOCK" hybridbench run --task gsm8k --router small --backend llama.cpp --threads "$THREADS" \
+    --batch 8 --limit 100 --out runs/batch/small-100-b8
+# 3. the other two routers of the throughput table
+python scripts/batch_bench.py --routers speculative,large --limit 16 --threads "$THREADS" --out runs/batch
+echo "== $(date -u +%H:%M:%S) done"
