@@ -34,9 +34,9 @@ COMMANDS = {
         "demo",
         "the README's main job: a few routers on a few test examples",
     ),
-    "reward-data": ("harness.reward_data", "reward_data", "reward-model preference pairs"),
-    "train-reward": ("harness.train_reward", "train_reward", "train the reward model"),
-    "calibrate-reward": ("harness.train_reward", "calibrate_reward", "reward-score thresholds"),
+    "reward-data": ("harness.training.reward_data", "reward_data", "reward-model preference pairs"),
+    "train-reward": ("harness.training.reward", "train_reward", "train the reward model"),
+    "calibrate-reward": ("harness.training.reward", "calibrate_reward", "reward-score thresholds"),
     "lm-eval": (
         "harness.lmeval",
         "lm_eval",
@@ -46,12 +46,12 @@ COMMANDS = {
     "sweep": ("harness.sweep", "sweep", "run routers at each of their settings, one run each"),
     "report": ("harness.report_cmd", "report", "write the leaderboard of a results folder"),
     "train-citer": (
-        "harness.train_citer",
+        "harness.training.citer",
         "train_citer",
         "label tokens and train the CITER router",
     ),
     "train-query": (
-        "harness.train_query",
+        "harness.training.query",
         "train_query",
         "train and calibrate the query-level router",
     ),

@@ -185,6 +185,7 @@ class Job:
     key: object
     prompt_ids: list[int]
     cfg: DecodeConfig
+    router: Router | None = None  # this job's router; None: the one given to generate_many
 
 
 def generate_many(
@@ -198,7 +199,7 @@ def generate_many(
     finishes (not in job order), or (job, exception) for one that failed.
 
     Each slot is one generation's models (role -> backend; `Engine.slots`), and each generation
-    has its own copy of `router`. A freed slot takes the next job at once. Each round, the model
+    has its own copy of `router` (or of the job's own `router`). A freed slot takes the next job at once. Each round, the model
     with the most generations waiting on it runs their calls as one batched call
     (`backend.forward_batch` where the backend batches, else one call at a time).
     """
@@ -210,9 +211,8 @@ def generate_many(
             if job is None:
                 break
             i = free.pop()
-            steps = decode_steps(
-                slots[i], copy.deepcopy(router), job.prompt_ids, job.cfg, decode, clock
-            )
+            r = copy.deepcopy(job.router or router)
+            steps = decode_steps(slots[i], r, job.prompt_ids, job.cfg, decode, clock)
             active[i] = [job, steps, None]
             yield from _advance(active, free, i, None)
         if not active:

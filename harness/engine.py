@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 
 from harness.backends import Backend, choose, sequences
-from harness.core import DecodeConfig, Job, generate, generate_many
+from harness.core import DecodeConfig, generate, generate_many
 from harness.errors import UserError
 from harness.records import Generation
 
@@ -91,10 +91,7 @@ class Engine:
     def generate_many(self, router, jobs, batch: int | None = None):
         """`harness.core.generate_many` over `batch` slots (default `self.batch`): yields
         (job, Generation | exception) as each finishes. Jobs are `Job(key, prompt_ids, cfg)`."""
-        jobs = (
-            Job(j.key, j.prompt_ids, replace(j.cfg, eos_ids=j.cfg.eos_ids or self.eos_ids))
-            for j in jobs
-        )
+        jobs = (replace(j, cfg=replace(j.cfg, eos_ids=j.cfg.eos_ids or self.eos_ids)) for j in jobs)
         return generate_many(self.slots(batch or self.batch), router, jobs, self.decode)
 
     def slots(self, n: int) -> list[dict[str, Backend]]:

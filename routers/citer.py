@@ -3,7 +3,7 @@
 At each drafted token the MLP reads small's last hidden state and gives P(small's token is good
 enough); below the threshold tau the token is deferred and large generates it. The network and
 its training follow CITER's released code: hidden H -> 2H -> H -> 1 with BatchNorm, ReLU and
-dropout 0.1, a sigmoid output, binary cross-entropy on the token labels of `harness.labels`.
+dropout 0.1, a sigmoid output, binary cross-entropy on the token labels of `harness.training.labels`.
 
     hybridbench train-citer --task gsm8k --out runs/citer          # writes runs/citer/citer.pt
     hybridbench run --task gsm8k --router citer --router-arg path=runs/citer/citer.pt --out ...
@@ -48,7 +48,7 @@ class CiterMLP(nn.Module):
 
 
 def load_checkpoint(path: str | Path, kind: str) -> dict:
-    """A router checkpoint written by `harness.train_citer` / `train_query` (no pickle)."""
+    """A router checkpoint written by `harness.training.citer` / `train_query` (no pickle)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"router checkpoint {path} not found")

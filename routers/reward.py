@@ -13,7 +13,7 @@ is accepted, otherwise it is discarded and large generates that token. This modu
 
 The default backbone is the first 6 of the small model's 24 layers (Qwen2.5-Coder-0.5B), which
 costs about a quarter of small's per-token compute and no vocabulary projection. Checkpoints are
-written by `hybridbench train-reward` (harness/train_reward.py); calibration files by
+written by `hybridbench train-reward` (harness/training/reward.py); calibration files by
 `hybridbench calibrate-reward`.
 
     hybridbench run --task gsm8k --router reward \\

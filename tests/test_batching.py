@@ -282,3 +282,41 @@ def test_run_batched_records_equal_unbatched_and_report_throughput(tmp_path):
     assert summary3["throughput_tok_per_s"] > 0 and summary3["examples_per_hour"] > 0
     for k in ("quality", "large_token_share", "bytes_total", "tokens_per_example"):
         assert summary1[k] == summary3[k]
+
+
+def test_training_commands_batch_to_the_same_data(tmp_path):
+    """reward-data at --batch 4 writes the pairs --batch 1 writes; train-citer's and
+    train-query's decoding loops give the same tokens and labels at B = 3 as at B = 1."""
+    import json
+
+    from harness.cli import main
+    from harness.engine import Engine
+    from harness.training.citer import _decode
+    from harness.training.query import _labels_by_decoding
+    from tasks import get_task
+    from tests.tiny import tiny_tokenizer
+
+    small, large = tiny_gguf_pair()
+    rows = {}
+    for b in (1, 4):
+        out = tmp_path / f"data-b{b}"
+        argv = ["reward-data", "--out", str(out), "--tasks", "gsm8k,commonsense_qa"]
+        argv += ["--prompts", "6", "--max-new-tokens", "10", "--chunks", "3", "--batch", str(b)]
+        argv += ["--small", str(small), "--large", str(large), "--backend", "llama.cpp"]
+        argv += ["--threads", "1", "--n-ctx", "1024"]
+        assert main(argv) == 0
+        lines = (out / "pairs.jsonl").read_text().splitlines()
+        rows[b] = {r["id"]: r for r in map(json.loads, lines)}
+    assert rows[1] == rows[4] and len(rows[1]) == 6
+
+    def engine(n_seq):
+        e = Engine(tiny_tokenizer(), tiny_backends(kind="llama.cpp", n_seq=n_seq), batch=n_seq)
+        return e
+
+    task = get_task("gsm8k")
+    examples = task.split("train")[:5]
+    one, three = engine(1), engine(3)
+    assert _decode(one, None, examples, 9) == _decode(three, None, examples, 9)
+    assert _labels_by_decoding(one, task, examples, 9) == _labels_by_decoding(
+        three, task, examples, 9
+    )

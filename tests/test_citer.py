@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness import labels
 from harness.core import DecodeConfig, generate
 from harness.engine import Engine
-from harness.labels import LabelConfig, TokenLabels, build_labels, relabel_rollouts
-from harness.train_citer import FitConfig, train_mlp
+from harness.training import labels
+from harness.training.citer import FitConfig, train_mlp
+from harness.training.labels import LabelConfig, TokenLabels, build_labels, relabel_rollouts
 from routers import get_router
 from routers.base import Decision, Needs, Router
 from routers.baselines import SmallOnly

@@ -7,7 +7,7 @@ import torch
 
 from harness.core import DecodeConfig, generate
 from harness.engine import Engine
-from harness.train_query import features, fit_logistic
+from harness.training.query import features, fit_logistic
 from routers import get_router
 from routers.base import Needs, QueryView, Router
 from routers.query import QueryClassifier, share_threshold

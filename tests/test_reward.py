@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from harness.core import DecodeConfig, generate
-from harness.reward_data import SynthConfig, chunk_lengths, synthesize_one
-from harness.train_reward import (
+from harness.training.reward import (
     TrainConfig,
     evaluate,
     pair_features,
@@ -21,6 +20,7 @@ from harness.train_reward import (
     token_scores,
     train_head,
 )
+from harness.training.reward_data import SynthConfig, chunk_lengths, synthesize_one
 from routers import get_router
 from routers.reward import (
     RewardBackend,

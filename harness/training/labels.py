@@ -39,7 +39,7 @@ metadata (str -> JSON string): schema, mode, task, split, split_seed, example_id
 (prompt length per example), round, models (sources/dtypes), config (LabelConfig), done (ids
 finished; a partial file resumes from there).
 
-    python -c "from harness.labels import TokenLabels; d = TokenLabels.load('x.safetensors'); print(d.summary())"
+    python -c "from harness.training.labels import TokenLabels; d = TokenLabels.load('x.safetensors'); print(d.summary())"
 """
 
 from __future__ import annotations

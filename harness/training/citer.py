@@ -6,7 +6,7 @@ with the trained router in the rollouts (CITER's second round).
         --trajectories runs/gsm8k-train-small/records.jsonl --out runs/citer-lf
 
 Writes into --out (each step is a checkpoint; rerunning the command resumes):
-  labels_r1.safetensors   round-1 token labels (`harness.labels`), saved after every example
+  labels_r1.safetensors   round-1 token labels (`harness.training.labels`), saved after every example
   citer_r1.pt             the MLP after round 1 (best validation loss), tau, split ids
   labels_r2.safetensors   round 2: rollout positions relabelled with citer_r1 in the loop
   citer_r2.pt, citer.pt   the final router (= the last round's), for `--router-arg path=`
@@ -30,7 +30,7 @@ import torch
 from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
-from routers.citer import backend_family
+from harness.training.common import decode_each, provenance, train_calib
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,11 @@ def configure_train_citer(p) -> None:
     p.add_argument("--patience", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     options.add_model_args(p)
+    options.add_batch_arg(p)
 
 
 def run_train_citer(args) -> int:
-    from harness.labels import LabelConfig, TokenLabels, build_labels, relabel_rollouts
+    from harness.training.labels import LabelConfig, TokenLabels, build_labels, relabel_rollouts
     from routers import parse_args
     from routers.citer import Citer
     from tasks import get_task
@@ -82,10 +83,7 @@ def run_train_citer(args) -> int:
     if args.rounds not in (1, 2):
         raise UserError(f"--rounds must be 1 or 2, got {args.rounds}")
     task = get_task(args.task, **parse_args(args.task_arg))
-    train = task.split("train", seed=args.split_seed)[: args.train_limit]
-    calib = task.split("calib", seed=args.split_seed)[: args.calib_limit]
-    if len(train) < 2 or not calib:
-        raise UserError("need at least 2 train and 1 calib example")
+    train, calib = train_calib(task, args.split_seed, args.train_limit, args.calib_limit, 2)
     trajectories = _read_trajectories(args.trajectories) if args.trajectories else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -99,10 +97,7 @@ def run_train_citer(args) -> int:
     )
     fit = FitConfig(args.epochs, args.lr, args.batch_size, args.patience, seed=args.seed)
     calib_hidden = _calib_hidden(engine, task, calib, cfg, trajectories)
-    common = {"task": task.name, "split_seed": args.split_seed, "mode": args.mode}
-    common |= {"train_ids": [e.id for e in train], "calib_ids": [e.id for e in calib]}
-    common["models"] = {r: b.info.source for r, b in engine.backends.items()}
-    common["small_backend"] = backend_family(engine.backends["small"].info)
+    common = {**provenance(engine, task, args.split_seed, train, calib), "mode": args.mode}
 
     data = build_labels(
         engine, task, train, cfg, out / "labels_r1.safetensors", trajectories=trajectories
@@ -235,7 +230,7 @@ def _evaluate(mlp, x, y, loss_fn):
 def _calib_hidden(engine, task, calib, cfg, trajectories) -> torch.Tensor:
     """Small's hidden states along the calib trajectories of this mode (reference answers, or
     small's own answers), the same states the router sees when small writes the answer."""
-    from harness.labels import reference_text, teacher_force
+    from harness.training.labels import reference_text, teacher_force
 
     hs = []
     for ex in calib:
@@ -257,17 +252,18 @@ def _calib_hidden(engine, task, calib, cfg, trajectories) -> torch.Tensor:
 
 def _decode(engine, router, examples, max_new_tokens) -> dict:
     """example id -> emitted token ids with `router` (small alone when None), greedy."""
-    from tqdm import tqdm
 
-    from harness.core import DecodeConfig
+    from harness.core import DecodeConfig, Job
     from routers.baselines import SmallOnly
 
     router = router or SmallOnly()
     cfg = DecodeConfig(max_new_tokens=max_new_tokens)
-    out = {}
-    for ex in tqdm(examples, desc=f"decode with {router.name}", file=sys.stderr):
-        out[ex.id] = list(engine.generate(router, engine.encode(ex.messages), cfg).token_ids)
-    return out
+    jobs = [Job(ex.id, engine.encode(ex.messages), cfg) for ex in examples]
+    out = {
+        j.key: list(g.token_ids)
+        for j, g in decode_each(engine, router, jobs, f"decode with {router.name}")
+    }
+    return {ex.id: out[ex.id] for ex in examples}
 
 
 def _read_trajectories(path) -> dict:

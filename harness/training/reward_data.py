@@ -29,13 +29,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
+from harness.training.common import decode_each
 
 DEFAULT_TASKS = ("gsm8k", "mbpp", "mmlu", "arc_challenge", "commonsense_qa")
 
@@ -79,21 +79,37 @@ def chunk_lengths(n_small: int, n_large: int, k: int, rng: random.Random) -> lis
 
 def synthesize_one(engine, task: str, example, cfg: SynthConfig) -> dict:
     """Sample one small and one large response to `example` and cut them into chunk pairs."""
-    from harness.core import DecodeConfig
+    head, jobs, rng = _plan(engine, task, example, cfg)
+    gens = {job.key[1]: engine.generate(job.router, job.prompt_ids, job.cfg) for job in jobs}
+    return _finish(head, gens, cfg, rng)
+
+
+def _plan(engine, task: str, example, cfg: SynthConfig):
+    """(record head, the two generation jobs, the rng the chunk lengths draw from next)."""
+    from harness.core import DecodeConfig, Job
     from routers.baselines import LargeOnly, SmallOnly
 
     rng = random.Random(f"{cfg.seed}/{example.id}")
     prompt_ids = engine.encode(list(example.messages))
-    out = {"id": example.id, "task": task, "prompt_ids": prompt_ids}
+    head = {"id": example.id, "task": task, "prompt_ids": prompt_ids}
+    jobs = []
     for role, router in (("small", SmallOnly()), ("large", LargeOnly())):
         settings = {
             "temperature": round(rng.uniform(*cfg.temperature), 4),
             "top_p": round(rng.uniform(*cfg.top_p), 4),
             "seed": rng.randrange(2**31),
         }
+        head[role] = settings
         dc = DecodeConfig(max_new_tokens=cfg.max_new_tokens, **settings)
-        gen = engine.generate(router, prompt_ids, dc)
-        out[role] = {"ids": list(gen.token_ids), **settings, "stop_reason": gen.stop_reason}
+        jobs.append(Job((example.id, role), prompt_ids, dc, router))
+    return head, jobs, rng
+
+
+def _finish(head: dict, gens: dict, cfg: SynthConfig, rng: random.Random) -> dict:
+    out = dict(head)
+    for role in ("small", "large"):
+        g = gens[role]
+        out[role] = {"ids": list(g.token_ids), **head[role], "stop_reason": g.stop_reason}
     small, large = out["small"]["ids"], out["large"]["ids"]
     out["chunks"] = [
         {"length": n, "chosen": large[:n], "rejected": small[:n]}
@@ -103,17 +119,24 @@ def synthesize_one(engine, task: str, example, cfg: SynthConfig) -> dict:
 
 
 def synthesize(engine, prompts: list[tuple], cfg: SynthConfig, path: Path) -> int:
-    """Append a record for every (task, example) not yet in `path`; returns how many were added."""
-    from tqdm import tqdm
+    """Append a record for every (task, example) not yet in `path`, decoding `engine.batch`
+    generations at a time; returns how many were added."""
 
     done = {r["id"] for r in read_pairs(path)}
     todo = [(t, ex) for t, ex in prompts if ex.id not in done]
+    plans = {ex.id: _plan(engine, t, ex, cfg) for t, ex in todo}
+    jobs = [job for _, js, _ in plans.values() for job in js]
+    gens: dict[str, dict] = {}
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
-        for task, ex in tqdm(todo, desc="reward-data", unit="prompt", file=sys.stderr):
-            f.write(json.dumps(synthesize_one(engine, task, ex, cfg)) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        for job, gen in decode_each(engine, None, jobs, "reward-data", unit="response"):
+            ex_id, role = job.key
+            gens.setdefault(ex_id, {})[role] = gen
+            if len(gens[ex_id]) == 2:
+                head, _, rng = plans[ex_id]
+                f.write(json.dumps(_finish(head, gens.pop(ex_id), cfg, rng)) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
     return len(todo)
 
 
@@ -160,6 +183,7 @@ def configure_reward_data(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--split-seed", type=int, default=0, help="task split seed (train split)")
     options.add_model_args(p)
+    options.add_batch_arg(p)
 
 
 def run_reward_data(args) -> int:

@@ -18,7 +18,6 @@ Writes --out/query.pt (with the train and calib ids, which the runner refuses to
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import torch
@@ -26,7 +25,7 @@ import torch
 from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
-from routers.citer import backend_family
+from harness.training.common import decode_each, provenance, train_calib
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
@@ -43,6 +42,7 @@ def configure_train_query(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=None, help="decode budget (no records)")
     p.add_argument("--seed", type=int, default=0)
     options.add_model_args(p)
+    options.add_batch_arg(p)
 
 
 def run_train_query(args) -> int:
@@ -53,10 +53,7 @@ def run_train_query(args) -> int:
     if not 0 <= args.share <= 1:
         raise UserError(f"--share must be in [0, 1], got {args.share}")
     task = get_task(args.task, **parse_args(args.task_arg))
-    train = task.split("train", seed=args.split_seed)[: args.train_limit]
-    calib = task.split("calib", seed=args.split_seed)[: args.calib_limit]
-    if len(train) < 5 or not calib:
-        raise UserError("need at least 5 train and 1 calib example")
+    train, calib = train_calib(task, args.split_seed, args.train_limit, args.calib_limit, 5)
     correct = _labels_from_records(args.small_records, train, task) if args.small_records else None
     engine = engine_from_args(args)
     if correct is None:
@@ -77,13 +74,8 @@ def run_train_query(args) -> int:
         "threshold": tau,
         "share": args.share,
         "calib_scores": calib_scores.tolist(),
-        "train_ids": [ex.id for ex in train],
-        "calib_ids": [ex.id for ex in calib],
-        "task": task.name,
-        "split_seed": args.split_seed,
         "stats": stats,
-        "models": {r: b.info.source for r, b in engine.backends.items()},
-        "small_backend": backend_family(engine.backends["small"].info),
+        **provenance(engine, task, args.split_seed, train, calib),
     }
     torch.save(ckpt, out / "query.pt")
     print(
@@ -167,14 +159,14 @@ def _labels_from_records(path, train, task) -> dict:
 
 
 def _labels_by_decoding(engine, task, train, max_new_tokens) -> dict:
-    from tqdm import tqdm
 
-    from harness.core import DecodeConfig
+    from harness.core import DecodeConfig, Job
     from routers.baselines import SmallOnly
 
     cfg = DecodeConfig(max_new_tokens=max_new_tokens or task.max_new_tokens, stop=tuple(task.stop))
-    out = {}
-    for ex in tqdm(train, desc="small answers", file=sys.stderr):
-        g = engine.generate(SmallOnly(), engine.encode(ex.messages), cfg)
-        out[ex.id] = float(task.score(ex, g.text)[task.metric]) >= 1.0
-    return out
+    jobs = [Job(ex, engine.encode(ex.messages), cfg) for ex in train]
+    out = {
+        job.key.id: float(task.score(job.key, g.text)[task.metric]) >= 1.0
+        for job, g in decode_each(engine, SmallOnly(), jobs, "small answers")
+    }
+    return {ex.id: out[ex.id] for ex in train}

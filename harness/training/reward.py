@@ -305,7 +305,7 @@ def run_train_reward(args) -> int:
 def _inputs(args) -> tuple[list[dict], str, dict]:
     """(preference records, backbone source, identity of the features) with user-facing checks."""
     from harness import models
-    from harness.reward_data import read_pairs
+    from harness.training.reward_data import read_pairs
 
     data = Path(args.data)
     records = read_pairs(data / "pairs.jsonl")
@@ -405,6 +405,7 @@ def configure_calibrate_reward(p) -> None:
     p.add_argument("--out", required=True, help="calibration JSON to write")
     options.add_decode_args(p, max_new_tokens=None)
     options.add_model_args(p)
+    options.add_batch_arg(p)
 
 
 @torch.inference_mode()
@@ -423,8 +424,9 @@ def share_below(scores, threshold: float) -> float:
 
 
 def run_calibrate_reward(args) -> int:
-    from tqdm import tqdm
 
+    from harness.core import Job
+    from harness.training.common import decode_each
     from routers.baselines import SmallOnly
     from routers.reward import calibrated_threshold, file_sha256, load_reward_model
     from tasks import get_task
@@ -439,11 +441,14 @@ def run_calibrate_reward(args) -> int:
     engine = engine_from_args(args)
     small = engine.backends["small"].info
     model, ck = load_reward_model(args.checkpoint, small.dtype, small.device)
+    jobs = [Job(ex.id, engine.encode(ex.messages), cfg) for ex in examples]
+    tokens = {
+        job.key: (job.prompt_ids, list(gen.token_ids))
+        for job, gen in decode_each(engine, SmallOnly(), jobs, f"calibrate {task.name}")
+    }
     scores = []
-    for ex in tqdm(examples, desc=f"calibrate {task.name}", unit="ex", file=sys.stderr):
-        prompt = engine.encode(ex.messages)
-        gen = engine.generate(SmallOnly(), prompt, cfg)
-        scores += token_scores(model, prompt, list(gen.token_ids))
+    for ex in examples:  # in example order, as before batching
+        scores += token_scores(model, *tokens[ex.id])
     cal = {
         "checkpoint": str(args.checkpoint),
         "checkpoint_sha256": file_sha256(args.checkpoint),
