@@ -11,7 +11,9 @@ The run folder holds
   summary.json   - `harness.metrics.summarize` over the records, written at the end
 Re-running the same command resumes: scored examples are skipped, failed ones (an `error` field)
 are retried, and a half-written last line from a crash is dropped. Timing fields of the summary
-naturally differ between runs; every other field equals an uninterrupted run's.
+naturally differ between runs; every other field equals an uninterrupted run's (with --batch > 1
+on a quantized llama.cpp model, up to near-tie tokens: a resume regroups which generations share
+a batched call, and llama.cpp's multi-row kernels round differently; README "Batched evaluation").
 """
 
 from __future__ import annotations

@@ -23,10 +23,16 @@ the context more sequences, `sequences()`, batched together by `forward_batch`):
 quantized types, less the token-embedding table (a step gathers one row of it). The KV cache is
 llama.cpp's default f16, so `kv_bytes_per_token` = 2 (K, V) * layers * kv_heads * head_dim * 2.
 
-Numerics: llama.cpp stores the KV cache in f16 (its default) and quantizes activations for its quantized matrix products (q8 blocks), and its
-results for a position depend on how the positions were batched; greedy decoding on it is
-deterministic for one batching, and agrees with transformers on the same file only up to
-near-ties (F32 files agree to float rounding: tests/test_llamacpp.py).
+Numerics: llama.cpp stores the KV cache in f16 (its default) and quantizes activations for its
+quantized matrix products (q8 blocks), and its results for a position depend on how the positions
+were batched; greedy decoding on it is deterministic for one batching, and agrees with
+transformers on the same file only up to near-ties (F32 files agree to float rounding:
+tests/test_llamacpp.py). Batching sequences together is such a change: on the packaged pair a
+row's logits move by up to 0.25-0.64 (max |difference| over the vocabulary) when its call shares a
+`llama_decode` with other sequences, with the repacked kernels and flash attention on or off,
+while a sequence alone in a many-sequence context is bit-identical to a one-sequence context
+(scripts/batch_numerics.py). So a batched greedy run equals the unbatched one up to tokens whose
+top-2 margin is below that, and which tokens those are depends on which generations shared a call.
 """
 
 from __future__ import annotations
