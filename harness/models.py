@@ -318,6 +318,58 @@ def gguf_tokenizer(path: Path, sha: str):
     return _from_pretrained(AutoTokenizer, str(out))
 
 
+def truncated_gguf(source: str, n_layers: int) -> Path:
+    """A GGUF of `source`'s first `n_layers` transformer layers plus its final norm, for
+    llama.cpp to return their hidden states (the reward router's backbone), made once into
+    cache_dir()/truncated/. Same tensors and quantization; `block_count` = n_layers.
+
+    llama.cpp (0.3.36) computes the vocabulary projection for every output row even when only
+    embeddings are read, so `output.weight` is replaced by zeros in Q4_0 (the cheapest type whose
+    32-wide blocks fit any hidden size): its logits are never used, and it is read at 4.5 bits a
+    weight instead of the file's own type.
+    """
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.constants import GGML_QUANT_SIZES
+
+    path, sha = gguf_file(source)
+    out = cache_dir() / "truncated" / f"{sha[:16]}-L{n_layers}.gguf"
+    if out.is_file():
+        return out
+    reader = GGUFReader(str(path))
+    arch = reader.fields["general.architecture"].contents()
+    total = int(reader.fields[f"{arch}.block_count"].contents())
+    if not 1 <= n_layers <= total:
+        raise UserError(f"{source} has {total} layers; cannot keep {n_layers}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    writer = GGUFWriter(str(tmp), arch)
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
+        value = n_layers if field.name == f"{arch}.block_count" else field.contents()
+        writer.add_key_value(field.name, value, kind, sub_type=sub)
+    for t in reader.tensors:
+        if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= n_layers:
+            continue
+        q4 = GGMLQuantizationType.Q4_0
+        block, size = GGML_QUANT_SIZES[q4]
+        rows, cols = int(t.shape[-1]), int(t.shape[0])  # GGUF shapes are (columns, rows)
+        if t.name == "output.weight" and cols % block == 0:
+            zeros = np.zeros((rows, cols // block * size), dtype=np.uint8)
+            writer.add_tensor(t.name, zeros, raw_dtype=q4)
+        else:
+            writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    os.replace(tmp, out)
+    return out
+
+
 # --- source -> folder -> model ---------------------------------------------------------------
 
 

@@ -214,6 +214,86 @@ def load_reward_backend(
     return RewardBackend(model, model_info(model, str(path), dtype, file_sha256(path)))
 
 
+class LlamaCppRewardBackend:
+    """The reward model on llama.cpp: its backbone's layers as a truncated GGUF
+    (`harness.models.truncated_gguf`; llama.cpp returns their normed hidden states) and the
+    checkpoint's head applied here. Only for head-only checkpoints (a trained backbone's weights
+    are not in the GGUF). Scores match the transformers reward model up to llama.cpp's quantized
+    numerics (`scripts/reward_backbone_check.py`). Batches like any llama.cpp model."""
+
+    def __init__(self, inner, head: torch.Tensor, info: ModelInfo, owner=None):
+        self.inner, self.head, self.info = inner, head.flatten().float(), info
+        self.owner = owner or self
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def crop(self, n: int) -> None:
+        self.inner.crop(n)
+
+    def sync(self) -> None:
+        self.inner.sync()
+
+    def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
+        return self.owner.forward_batch([(self, ids, n_rows, hidden)])[0]
+
+    def forward_batch(self, calls) -> list:
+        inner = [(c[0].inner, c[1], c[2], True) for c in calls]
+        outs = self.inner.owner.forward_batch(inner)
+        return [
+            ((h @ self.head)[:, None], h if c[3] else None)
+            for c, (_, h) in zip(calls, outs, strict=True)
+        ]
+
+    def sequences(self, n: int) -> list:
+        seqs = self.inner.sequences(n)
+        return [self] + [LlamaCppRewardBackend(s, self.head, self.info, self) for s in seqs[1:]]
+
+
+def load_llamacpp_reward_backend(path: str | Path, threads: int = 1, n_ctx=None, n_seq: int = 1):
+    """The reward model of checkpoint `path` on llama.cpp (see `LlamaCppRewardBackend`); a
+    UserError for a checkpoint whose backbone was trained or is not a GGUF."""
+    from dataclasses import replace
+
+    from harness import models
+    from harness.backends.llamacpp import LlamaCppBackend, gguf_info
+
+    ck = read_checkpoint(path)
+    if ck["trained"]:
+        raise UserError(
+            f"{path} trained backbone layers; its reward model runs on transformers only"
+        )
+    if not models.is_gguf(ck["backbone"]):
+        raise UserError(f"{path}: backbone {ck['backbone']} is not a GGUF llama.cpp can run")
+    gguf = models.truncated_gguf(ck["backbone"], ck["n_layers"])
+    info = gguf_info(gguf, "reward", str(path), file_sha256(path))
+    inner = LlamaCppBackend(gguf, info, threads=threads, n_ctx=n_ctx, n_seq=n_seq)
+    return LlamaCppRewardBackend(inner, ck["head"], replace(info, source=str(path)))
+
+
+def reward_backend_for(path: str | Path, engine):
+    """The reward backend that suits `engine`'s small model: llama.cpp beside a llama.cpp small
+    model when the checkpoint allows it (head only, GGUF backbone), else transformers on small's
+    device in small's dtype (bfloat16 beside a llama.cpp small model)."""
+    from harness import models
+
+    small = engine.backends["small"]
+    if small.info.backend.startswith("llama.cpp"):
+        ck = read_checkpoint(path)
+        if not ck["trained"] and models.is_gguf(ck["backbone"]):
+            gguf, sha = models.gguf_file(ck["backbone"])
+            theirs = models.gguf_tokenizer(gguf, sha)
+            models.check_same_tokenizer(engine.tokenizer, theirs, ("pair", "reward backbone"))
+            n_seq = getattr(getattr(small, "owner", small), "n_seq", 1)
+            return load_llamacpp_reward_backend(path, small.threads, small.n_ctx, n_seq)
+    dtype = small.info.dtype if small.info.dtype in models.DTYPES else "bfloat16"
+    return load_reward_backend(path, dtype, small.info.device, engine.tokenizer)
+
+
 # --- calibration -----------------------------------------------------------------------------
 
 
@@ -299,20 +379,14 @@ class RewardRouter(TokenRouter):
         return view.reward < self.threshold
 
     def backends(self, engine) -> dict:
-        """The models this router brings besides the pair: {"reward": RewardBackend}, on small's
-        device and in small's dtype. Called by `harness.engine.engine_from_args`."""
+        """The models this router brings besides the pair: {"reward": its backend}
+        (`reward_backend_for`: llama.cpp beside a llama.cpp small model, else transformers on
+        small's device). Called by `harness.engine.engine_from_args`."""
         if not self.checkpoint:
             raise UserError(
                 "router reward needs checkpoint=PATH (made by hybridbench train-reward)"
             )
-        from harness.models import DTYPES
-
-        small = engine.backends["small"].info
-        # a llama.cpp small model computes in its GGUF's types: the transformers reward
-        # model then runs on the CPU in bfloat16, the dtype it is trained in by default
-        dtype = small.dtype if small.dtype in DTYPES else "bfloat16"
-        backend = load_reward_backend(self.checkpoint, dtype, small.device, engine.tokenizer)
-        return {"reward": backend}
+        return {"reward": reward_backend_for(self.checkpoint, engine)}
 
     @classmethod
     def sweep_settings(cls, targets: list[float]) -> list[dict]:

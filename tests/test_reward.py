@@ -413,3 +413,50 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     again = [*run[: run.index("--limit")], "--split", "calib", "--limit", "2"]
     assert main([*again, "--out", str(tmp_path / "r2"), *pair]) == 2
     assert "trained/calibrated on 2 of these 2 examples" in capsys.readouterr().err
+
+
+def test_llamacpp_reward_backbone_matches_transformers(tmp_path, monkeypatch):
+    """A head-only checkpoint on a GGUF backbone runs on llama.cpp beside a llama.cpp small model:
+    a truncated GGUF of the backbone's layers gives the transformers reward model's scores (F32
+    tiny model; llama.cpp's KV cache is f16), incrementally with crops too, and batches."""
+    from harness.core import Job, generate_many
+    from harness.engine import Engine
+    from routers.reward import (
+        LlamaCppRewardBackend,
+        load_llamacpp_reward_backend,
+        reward_backend_for,
+        save_checkpoint,
+    )
+    from tests.tiny import tiny_gguf_pair, tiny_pair, tiny_tokenizer
+
+    monkeypatch.setenv("HYBRIDBENCH_CACHE", str(tmp_path / "cache"))
+    gguf = tiny_gguf_pair()[0]
+    hf_small = tiny_pair()[0]
+    hf_small.model.layers = hf_small.model.layers[:2]
+    hf_small.config.num_hidden_layers = 2
+    model = RewardModel(hf_small.model).eval()
+    with torch.no_grad():
+        model.head.weight.normal_(0, 1, generator=torch.Generator().manual_seed(1))
+    path = tmp_path / "reward.pt"
+    save_checkpoint(path, model, str(gguf))
+    rb = load_llamacpp_reward_backend(path, threads=1, n_ctx=512)
+    assert isinstance(rb, LlamaCppRewardBackend) and rb.info.backend.startswith("llama.cpp")
+    want = torch.tensor(token_scores(model, [], PROMPT))
+    got = rb.forward(PROMPT, len(PROMPT))[0][:, 0]
+    torch.testing.assert_close(got, want, atol=0.02, rtol=0)
+    rb.crop(5)  # incremental after a crop equals the full pass
+    torch.testing.assert_close(rb.forward(PROMPT[5:], 3)[0][:, 0], got[-3:], atol=1e-4, rtol=0)
+    # beside a llama.cpp small model it is the backend the router gets, and it batches
+    backends = tiny_backends(kind="llama.cpp", n_seq=2)
+    engine = Engine(tiny_tokenizer(), backends)
+    engine.add("reward", reward_backend_for(path, engine))
+    assert isinstance(engine.backends["reward"], LlamaCppRewardBackend)
+    router = get_router("reward", {"threshold": float(want.median())})
+    cfg = DecodeConfig(max_new_tokens=12)
+    one = generate(engine.backends, router, PROMPT, cfg)
+    jobs = [Job(i, PROMPT[: 8 + i], cfg) for i in range(3)]
+    many = {j.key: g for j, g in generate_many(engine.slots(2), router, jobs)}
+    assert 0 < sum(one.provenance) < len(one.provenance)  # keeps some, defers some
+    for j in jobs:
+        alone = generate(engine.backends, router, j.prompt_ids, cfg)
+        assert many[j.key].token_ids == alone.token_ids

@@ -418,6 +418,16 @@ def token_scores(model, prompt_ids: list[int], ids: list[int]) -> list[float]:
     return scores[0, len(prompt_ids) :].tolist()
 
 
+def backend_scores(backend, prompt_ids: list[int], ids: list[int]) -> list[float]:
+    """The reward of each token of `ids` after `prompt_ids` from a reward backend (one pass)."""
+    if not ids:
+        return []
+    backend.reset()
+    out, _ = backend.forward(list(prompt_ids) + list(ids), len(ids))
+    backend.reset()
+    return out[:, 0].tolist()
+
+
 def share_below(scores, threshold: float) -> float:
     """Share of `scores` strictly below `threshold` (what the router would defer); NaN if none."""
     return sum(s < threshold for s in scores) / len(scores) if len(scores) else math.nan
@@ -428,7 +438,7 @@ def run_calibrate_reward(args) -> int:
     from harness.core import Job
     from harness.training.common import decode_each
     from routers.baselines import SmallOnly
-    from routers.reward import calibrated_threshold, file_sha256, load_reward_model
+    from routers.reward import calibrated_threshold, file_sha256, reward_backend_for
     from tasks import get_task
 
     task = get_task(args.task)
@@ -439,16 +449,16 @@ def run_calibrate_reward(args) -> int:
     if args.max_new_tokens is None:
         cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
     engine = engine_from_args(args)
-    small = engine.backends["small"].info
-    model, ck = load_reward_model(args.checkpoint, small.dtype, small.device)
     jobs = [Job(ex.id, engine.encode(ex.messages), cfg) for ex in examples]
     tokens = {
         job.key: (job.prompt_ids, list(gen.token_ids))
         for job, gen in decode_each(engine, SmallOnly(), jobs, f"calibrate {task.name}")
     }
+    # the backbone the reward router will run beside this small model (routers.reward)
+    reward = reward_backend_for(args.checkpoint, engine)
     scores = []
     for ex in examples:  # in example order, as before batching
-        scores += token_scores(model, *tokens[ex.id])
+        scores += backend_scores(reward, *tokens[ex.id])
     cal = {
         "checkpoint": str(args.checkpoint),
         "checkpoint_sha256": file_sha256(args.checkpoint),
@@ -458,6 +468,7 @@ def run_calibrate_reward(args) -> int:
         "example_ids": [ex.id for ex in examples],
         "decode": {k: v for k, v in cfg.__dict__.items() if k != "eos_ids"},
         "n_tokens": len(scores),
+        "reward_backend": reward.info.backend or "transformers",
         "thresholds": {str(s): calibrated_threshold(scores, s) for s in TARGET_SHARES},
         "paper_threshold_shares": {str(t): share_below(scores, t) for t in PAPER_THRESHOLDS},
         "scores": scores,
