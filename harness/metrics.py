@@ -292,6 +292,8 @@ def summarize(
 ) -> dict:
     """A run's `summary.json`: a flat dict of the aggregates above (JSON-able; NaN where undefined).
 
+    router_trained_on, transfer   tasks the router learned from; whether this run's task is
+                            not among them (a transfer row, shown apart)
     n / n_failed            non-failed and failed records
     quality, quality_ci_*   `quality` of the manifest's primary metric and its `quality_ci`
     large_token_share, large_call_share, query_large_share, draft_acceptance
@@ -309,6 +311,8 @@ def summarize(
     out = {
         "task": manifest.get("task", ""),
         "router": manifest.get("router", ""),
+        "router_trained_on": list(manifest.get("router_trained_on") or []),
+        "transfer": bool(manifest.get("transfer", False)),
         "split": manifest.get("split", ""),
         "metric": metric,
         "n": len(ok),

@@ -94,6 +94,9 @@ def run_run(args) -> int:
     identity = json.loads(json.dumps(identity))  # compare as stored: tuples become lists
     out = Path(args.out)
     manifest = _open_run(out, identity, args)
+    trained = list(router.trained_on())
+    manifest["router_trained_on"] = trained  # transfer: a learned router run on another task
+    manifest["transfer"] = bool(trained) and task.name not in trained
     done = load_records(out / "records.jsonl", repair=True)
     todo = [ex for ex in examples if ex.id not in done]
     if todo:

@@ -104,6 +104,12 @@ class Router:
         """Ids of task examples this router was trained or calibrated on; never evaluated on."""
         return frozenset()
 
+    def trained_on(self) -> tuple[str, ...]:
+        """Tasks whose examples trained or calibrated this router (the prefix of each used id,
+        e.g. "gsm8k" of "gsm8k/train/12"); empty for a router that learned nothing. A run on a
+        task not listed here is a transfer run, and its records say so."""
+        return tuple(sorted({i.split("/", 1)[0] for i in self.used_example_ids()}))
+
 
 class TokenRouter(Router):
     """A per-token router: defer at the first drafted token that `defer_mask` flags.

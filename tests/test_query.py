@@ -125,3 +125,38 @@ def test_train_query_cli_end_to_end(tmp_path):
     run += ["--limit", "2", "--max-new-tokens", "3", *models]
     assert main([*run, "--split", "calib", "--out", str(tmp_path / "r1")]) == 2
     assert main([*run, "--split", "test", "--out", str(tmp_path / "r2")]) == 0
+
+
+def test_trained_routers_say_what_they_learned_from_and_runs_mark_transfer(tmp_path):
+    """A learned router lists the tasks of the ids it was trained/calibrated on; a run of it on
+    another task is marked transfer in its manifest and summary, an in-task run is not."""
+    import json
+
+    from harness.cli import main
+    from tests.tiny import save_tiny_pair
+
+    router = get_router("query", {"path": save_query(tmp_path / "q.pt", bias=0.0)})
+    assert router.trained_on() == ("c", "t") and get_router("random").trained_on() == ()
+    ckpt = torch.load(tmp_path / "q.pt", weights_only=True)
+    ckpt["train_ids"], ckpt["calib_ids"] = ["gsm8k/train/1"], ["gsm8k/calib/1"]
+    ckpt["hidden_size"] = 48
+    torch.save(ckpt, tmp_path / "g.pt")
+    small, large = save_tiny_pair(tmp_path / "pair")
+    for task, transfer in (("gsm8k", False), ("arc_challenge", True)):
+        out = tmp_path / task
+        argv = [
+            "run",
+            "--task",
+            task,
+            "--router",
+            "query",
+            "--router-arg",
+            f"path={tmp_path / 'g.pt'}",
+        ]
+        argv += ["--limit", "2", "--max-new-tokens", "4", "--out", str(out), "--small", small]
+        argv += ["--large", large, "--dtype", "float32", "--threads", "1"]
+        assert main(argv) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["transfer"] is transfer and summary["router_trained_on"] == ["gsm8k"]
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["transfer"] is transfer
