@@ -292,7 +292,7 @@ def summarize(
 ) -> dict:
     """A run's `summary.json`: a flat dict of the aggregates above (JSON-able; NaN where undefined).
 
-    router_trained_on, transfer   tasks the router learned from; whether this run's task is
+    router_trained_on, transfer   tasks the router learned from (comma-joined); whether the task is
                             not among them (a transfer row, shown apart)
     n / n_failed            non-failed and failed records
     quality, quality_ci_*   `quality` of the manifest's primary metric and its `quality_ci`
@@ -311,7 +311,7 @@ def summarize(
     out = {
         "task": manifest.get("task", ""),
         "router": manifest.get("router", ""),
-        "router_trained_on": list(manifest.get("router_trained_on") or []),
+        "router_trained_on": ",".join(manifest.get("router_trained_on") or []),
         "transfer": bool(manifest.get("transfer", False)),
         "split": manifest.get("split", ""),
         "metric": metric,

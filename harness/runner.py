@@ -244,6 +244,8 @@ HEADLINE = (
     "large_token_share",
     "large_call_share",
     "tok_per_s",
+    "throughput_tok_per_s",
+    "batch",
 )
 
 

@@ -157,6 +157,6 @@ def test_trained_routers_say_what_they_learned_from_and_runs_mark_transfer(tmp_p
         argv += ["--large", large, "--dtype", "float32", "--threads", "1"]
         assert main(argv) == 0
         summary = json.loads((out / "summary.json").read_text())
-        assert summary["transfer"] is transfer and summary["router_trained_on"] == ["gsm8k"]
+        assert summary["transfer"] is transfer and summary["router_trained_on"] == "gsm8k"
         manifest = json.loads((out / "manifest.json").read_text())
         assert manifest["transfer"] is transfer

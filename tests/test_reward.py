@@ -460,3 +460,22 @@ def test_llamacpp_reward_backbone_matches_transformers(tmp_path, monkeypatch):
     for j in jobs:
         alone = generate(engine.backends, router, j.prompt_ids, cfg)
         assert many[j.key].token_ids == alone.token_ids
+
+
+def test_full_responses_use_each_tasks_budget_and_stops(models):
+    """reward-data --max-new-tokens 0: each prompt's responses get its task's own budget and
+    stop strings, as `hybridbench run --task T` decodes them."""
+    from harness.engine import Engine
+    from harness.training.reward_data import _plan
+    from tasks import get_task
+    from tests.tiny import tiny_tokenizer
+
+    engine = Engine(tiny_tokenizer(), models)
+    for name in ("mbpp", "gsm8k"):
+        task = get_task(name)
+        ex = task.split("train")[0]
+        _, jobs, _ = _plan(engine, name, ex, SynthConfig(max_new_tokens=0))
+        assert [j.cfg.max_new_tokens for j in jobs] == [task.max_new_tokens] * 2
+        assert all(j.cfg.stop == tuple(task.stop) for j in jobs)
+        _, jobs, _ = _plan(engine, name, ex, SynthConfig(max_new_tokens=9))
+        assert [(j.cfg.max_new_tokens, j.cfg.stop) for j in jobs] == [(9, ())] * 2

@@ -247,7 +247,7 @@ class LlamaCppBackend(LlamaCppSequence):
                 b.pos[i] = calls[j][0].length + k
                 b.n_seq_id[i] = 1
                 b.seq_id[i][0] = calls[j][0].seq_id
-                b.logits[i] = out
+                b.logits[i] = out or hidden  # with embeddings llama.cpp outputs every row
             b.n_tokens = len(chunk)
             rc = self.lib.llama_decode(self.ctx, b)
             if rc != 0:

@@ -5,7 +5,8 @@
 1. Prompt space: an equal share of prompts from each of several tasks' `train` splits (default
    gsm8k, mbpp, mmlu, arc_challenge, commonsense_qa), drawn with a seeded RNG.
 2. Responses: for every prompt one response from small and one from large, each in sampling mode
-   with its own temperature ~ U(--temperature) and top-p ~ U(--top-p), drawn per generation.
+   with its own temperature ~ U(--temperature) and top-p ~ U(--top-p), drawn per generation,
+   up to --max-new-tokens (0: the task's own budget and stop strings, i.e. full responses).
    Both come from the project's decoding core (`Engine.generate` with the `small` / `large`
    routers), never from a second decode loop.
 3. Chunks: each response pair is cut at up to `--chunks` distinct lengths L drawn uniformly from
@@ -44,7 +45,8 @@ DEFAULT_TASKS = ("gsm8k", "mbpp", "mmlu", "arc_challenge", "commonsense_qa")
 class SynthConfig:
     """How responses are sampled and cut."""
 
-    max_new_tokens: int = 64  # response length cap for both models
+    max_new_tokens: int = 64  # response length cap for both models; 0 = each task's own budget
+    #                           and stop strings (full responses, as `hybridbench run` decodes)
     chunks: int = 16  # chunk lengths drawn per response pair (fewer if the pair is shorter)
     temperature: tuple[float, float] = (0.2, 1.0)  # uniform range, drawn per generation
     top_p: tuple[float, float] = (0.8, 1.0)  # uniform range, drawn per generation
@@ -88,9 +90,14 @@ def _plan(engine, task: str, example, cfg: SynthConfig):
     """(record head, the two generation jobs, the rng the chunk lengths draw from next)."""
     from harness.core import DecodeConfig, Job
     from routers.baselines import LargeOnly, SmallOnly
+    from tasks import get_task
 
     rng = random.Random(f"{cfg.seed}/{example.id}")
     prompt_ids = engine.encode(list(example.messages))
+    budget, stop = cfg.max_new_tokens, ()
+    if budget == 0:
+        t = get_task(task)
+        budget, stop = t.max_new_tokens, tuple(t.stop)
     head = {"id": example.id, "task": task, "prompt_ids": prompt_ids}
     jobs = []
     for role, router in (("small", SmallOnly()), ("large", LargeOnly())):
@@ -100,7 +107,7 @@ def _plan(engine, task: str, example, cfg: SynthConfig):
             "seed": rng.randrange(2**31),
         }
         head[role] = settings
-        dc = DecodeConfig(max_new_tokens=cfg.max_new_tokens, **settings)
+        dc = DecodeConfig(max_new_tokens=budget, stop=stop, **settings)
         jobs.append(Job((example.id, role), prompt_ids, dc, router))
     return head, jobs, rng
 
@@ -176,7 +183,12 @@ def configure_reward_data(p) -> None:
     p.add_argument("--out", required=True, help="data folder (created; resumed if it exists)")
     p.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
     p.add_argument("--prompts", type=int, default=48, help="prompts in all (equal share per task)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="response length cap")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=64,
+        help="response length cap; 0 = each task's own budget and stop strings (full responses)",
+    )
     p.add_argument("--chunks", type=int, default=16, help="chunk lengths per response pair")
     p.add_argument("--temperature", default="0.2,1.0", help="range LO,HI drawn per generation")
     p.add_argument("--top-p", default="0.8,1.0", help="range LO,HI drawn per generation")
@@ -187,8 +199,8 @@ def configure_reward_data(p) -> None:
 
 
 def run_reward_data(args) -> int:
-    if args.prompts < 1 or args.max_new_tokens < 1 or args.chunks < 1:
-        raise UserError("--prompts, --max-new-tokens and --chunks must be >= 1")
+    if args.prompts < 1 or args.max_new_tokens < 0 or args.chunks < 1:
+        raise UserError("--prompts and --chunks must be >= 1, --max-new-tokens >= 0")
     top_p = _range(args.top_p)
     if not 0 < top_p[0] <= top_p[1] <= 1:
         raise UserError(f"--top-p range must lie in (0, 1], got {args.top_p}")
