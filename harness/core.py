@@ -168,14 +168,10 @@ def drive(steps: Generator, clock: Callable[[], float] = time.perf_counter):
     result = None
     while True:
         try:
-            call = steps.send(result)
+            call = steps.throw(result) if isinstance(result, Exception) else steps.send(result)
         except StopIteration as done:
             return done.value
-        call.backend.sync()
-        t0 = clock()
-        out, h = call.backend.forward(call.ids, call.n_rows, call.hidden)
-        call.backend.sync()
-        result = (out, h, clock() - t0)
+        result = _timed([call], lambda c=call: [_forward(c)], clock)[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,9 +195,9 @@ def generate_many(
     finishes (not in job order), or (job, exception) for one that failed.
 
     Each slot is one generation's models (role -> backend; `Engine.slots`), and each generation
-    has its own copy of `router` (or of the job's own `router`). A freed slot takes the next job at once. Each round, the model
-    with the most generations waiting on it runs their calls as one batched call
-    (`backend.forward_batch` where the backend batches, else one call at a time).
+    has its own copy of `router` (or of the job's own `router`). A freed slot takes the next job
+    at once. Each round, the model with the most generations waiting on it runs their calls as
+    one batched call (`backend.forward_batch` where the backend batches, else one at a time).
     """
     jobs, active = iter(jobs), {}  # slot index -> [job, steps, pending Call]
     free = list(range(len(slots)))[::-1]
@@ -224,12 +220,13 @@ def generate_many(
             args = [(c.backend, c.ids, c.n_rows, c.hidden) for c in calls]
             results = _timed(calls, lambda o=owner, a=args: o.forward_batch(a), clock)
         else:
-            results = [
-                _timed([c], lambda c=c: [c.backend.forward(c.ids, c.n_rows, c.hidden)], clock)[0]
-                for c in calls
-            ]
+            results = [_timed([c], lambda c=c: [_forward(c)], clock)[0] for c in calls]
         for i, result in zip(group, results, strict=True):
             yield from _advance(active, free, i, result)
+
+
+def _forward(call: Call):
+    return call.backend.forward(call.ids, call.n_rows, call.hidden)
 
 
 def _timed(calls: list[Call], run: Callable[[], list], clock) -> list:
@@ -267,10 +264,7 @@ def _advance(active: dict, free: list, i: int, result):
     yield its end."""
     job, steps, _ = active[i]
     try:
-        if isinstance(result, Exception):
-            active[i][2] = steps.throw(result)
-        else:
-            active[i][2] = steps.send(result)
+        active[i][2] = steps.throw(result) if isinstance(result, Exception) else steps.send(result)
         return
     except StopIteration as done:
         outcome = done.value

@@ -94,6 +94,21 @@ class Engine:
         jobs = (replace(j, cfg=replace(j.cfg, eos_ids=j.cfg.eos_ids or self.eos_ids)) for j in jobs)
         return generate_many(self.slots(batch or self.batch), router, jobs, self.decode)
 
+    def generate_each(self, router, jobs, desc: str, unit: str = "ex", disable: bool = False):
+        """(job, Generation) for every job, `self.batch` at a time, as each finishes, with a
+        progress bar on stderr; a failed generation stops the caller (its error is raised)."""
+        import sys
+
+        from tqdm import tqdm
+
+        jobs = list(jobs)
+        with tqdm(total=len(jobs), desc=desc, unit=unit, file=sys.stderr, disable=disable) as bar:
+            for job, gen in self.generate_many(router, jobs):
+                if isinstance(gen, BaseException):
+                    raise gen
+                bar.update()
+                yield job, gen
+
     def slots(self, n: int) -> list[dict[str, Backend]]:
         """n role -> backend maps over the same models, one per generation in flight."""
         per_role = {role: sequences(b, n) for role, b in self.backends.items()}

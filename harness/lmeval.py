@@ -126,8 +126,6 @@ class HybridModel:
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """One routed generation per request, `engine.batch` at a time; returns the completion
         texts (stop strings cut) in request order."""
-        from tqdm import tqdm
-
         from harness.core import Job
 
         jobs = []
@@ -135,13 +133,9 @@ class HybridModel:
             context, gen_kwargs = req.args
             jobs.append(Job(i, self.encode(context), self.decode_config(gen_kwargs)))
         gens: list = [None] * len(jobs)
-        bar = tqdm(total=len(jobs), disable=disable_tqdm, desc=f"hybrid/{self.router.name}")
-        for job, gen in self.engine.generate_many(self.router, jobs):
-            if isinstance(gen, BaseException):
-                raise gen
+        desc = f"hybrid/{self.router.name}"
+        for job, gen in self.engine.generate_each(self.router, jobs, desc, disable=disable_tqdm):
             gens[job.key] = gen
-            bar.update()
-        bar.close()
         for req, gen in zip(requests, gens, strict=True):
             context, gen_kwargs = req.args
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), gen.text)

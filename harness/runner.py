@@ -153,8 +153,7 @@ def decode_examples(
 
     session = session if session is not None else {}
     session.update(examples=0, tokens=0, wall_s=0.0)
-    prompts = ((ex, engine.encode(ex.messages)) for ex in examples)
-    jobs = (Job(ex, ids, cfg) for ex, ids in prompts)
+    jobs = (Job(ex, engine.encode(ex.messages), cfg) for ex in examples)
     bar = tqdm(total=len(examples), desc=f"{task.name}/{router.name}", unit="ex", file=sys.stderr)
     start = time.perf_counter()
     try:

@@ -48,7 +48,7 @@ class CiterMLP(nn.Module):
 
 
 def load_checkpoint(path: str | Path, kind: str) -> dict:
-    """A router checkpoint written by `harness.training.citer` / `train_query` (no pickle)."""
+    """A router checkpoint written by `harness.training.citer` / `.query` (no pickle)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"router checkpoint {path} not found")

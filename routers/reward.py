@@ -254,21 +254,32 @@ class LlamaCppRewardBackend:
         return [self] + [LlamaCppRewardBackend(s, self.head, self.info, self) for s in seqs[1:]]
 
 
-def load_llamacpp_reward_backend(path: str | Path, threads: int = 1, n_ctx=None, n_seq: int = 1):
-    """The reward model of checkpoint `path` on llama.cpp (see `LlamaCppRewardBackend`); a
-    UserError for a checkpoint whose backbone was trained or is not a GGUF."""
+def _llamacpp_refusal(path, ck: dict) -> str:
+    """Why checkpoint `ck` cannot run on llama.cpp ("" when it can)."""
+    from harness import models
+
+    if ck["trained"]:
+        return f"{path} trained backbone layers; its reward model runs on transformers only"
+    if not models.is_gguf(ck["backbone"]):
+        return f"{path}: backbone {ck['backbone']} is not a GGUF llama.cpp can run"
+    return ""
+
+
+def load_llamacpp_reward_backend(
+    path: str | Path, threads: int = 1, n_ctx=None, n_seq: int = 1, ck: dict | None = None
+):
+    """The reward model of checkpoint `path` (its dict `ck`, read here if not given) on llama.cpp
+    (see `LlamaCppRewardBackend`); a UserError for a checkpoint whose backbone was trained or is
+    not a GGUF."""
     from dataclasses import replace
 
     from harness import models
     from harness.backends.llamacpp import LlamaCppBackend, gguf_info
 
-    ck = read_checkpoint(path)
-    if ck["trained"]:
-        raise UserError(
-            f"{path} trained backbone layers; its reward model runs on transformers only"
-        )
-    if not models.is_gguf(ck["backbone"]):
-        raise UserError(f"{path}: backbone {ck['backbone']} is not a GGUF llama.cpp can run")
+    ck = ck or read_checkpoint(path)
+    refusal = _llamacpp_refusal(path, ck)
+    if refusal:
+        raise UserError(refusal)
     gguf = models.truncated_gguf(ck["backbone"], ck["n_layers"])
     info = gguf_info(gguf, "reward", str(path), file_sha256(path))
     inner = LlamaCppBackend(gguf, info, threads=threads, n_ctx=n_ctx, n_seq=n_seq)
@@ -284,12 +295,12 @@ def reward_backend_for(path: str | Path, engine):
     small = engine.backends["small"]
     if small.info.backend.startswith("llama.cpp"):
         ck = read_checkpoint(path)
-        if not ck["trained"] and models.is_gguf(ck["backbone"]):
+        if not _llamacpp_refusal(path, ck):
             gguf, sha = models.gguf_file(ck["backbone"])
             theirs = models.gguf_tokenizer(gguf, sha)
             models.check_same_tokenizer(engine.tokenizer, theirs, ("pair", "reward backbone"))
             n_seq = getattr(getattr(small, "owner", small), "n_seq", 1)
-            return load_llamacpp_reward_backend(path, small.threads, small.n_ctx, n_seq)
+            return load_llamacpp_reward_backend(path, small.threads, small.n_ctx, n_seq, ck)
     dtype = small.info.dtype if small.info.dtype in models.DTYPES else "bfloat16"
     return load_reward_backend(path, dtype, small.info.device, engine.tokenizer)
 

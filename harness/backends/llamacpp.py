@@ -17,7 +17,7 @@ the context more sequences, `sequences()`, batched together by `forward_batch`):
                                   then outputs every position of the pass (a cost only for a
                                   query router's prefill, which reads every row anyway).
     crop(n)                       `llama_memory_seq_rm(mem, seq, n, -1)`: forget positions >= n
-    reset()                       the same from 0 (`llama_memory_clear` for a one-sequence context)
+    reset()                       the same from 0
 
 `info.weight_bytes` is what one decode step really reads: the GGUF's tensor bytes in their
 quantized types, less the token-embedding table (a step gathers one row of it). The KV cache is
@@ -200,13 +200,6 @@ class LlamaCppBackend(LlamaCppSequence):
                 "load it with the batch size (--batch)"
             )
         return self._sequences[:n]
-
-    def reset(self) -> None:
-        if self.n_seq == 1:
-            self.lib.llama_memory_clear(self.mem, True)
-            self.length = 0
-        else:
-            super().reset()
 
     @torch.inference_mode()
     def forward_batch(self, calls) -> list[tuple[torch.Tensor, torch.Tensor | None]]:

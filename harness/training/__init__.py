@@ -6,8 +6,9 @@
     citer.py        `hybridbench train-citer`: labels -> MLP -> tau, two rounds
     query.py        `hybridbench train-query`: the query-level router
 
-What they share lives in `common.py`: the train/calib split-and-check, decoding many prompts
-with a progress bar (batched, `--batch`), and the provenance every checkpoint records.
+What they share lives in `common.py` (the train/calib split-and-check, the provenance every
+checkpoint records) and in `Engine.generate_each` (decoding many prompts, batched by `--batch`,
+with a progress bar).
 Training data come from a task's `train` split only, thresholds from `calib`; the runner refuses
 to evaluate a router on the ids it was trained or calibrated on.
 """

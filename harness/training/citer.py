@@ -30,7 +30,7 @@ import torch
 from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
-from harness.training.common import decode_each, provenance, train_calib
+from harness.training.common import provenance, train_calib
 
 
 @dataclass(frozen=True)
@@ -252,7 +252,6 @@ def _calib_hidden(engine, task, calib, cfg, trajectories) -> torch.Tensor:
 
 def _decode(engine, router, examples, max_new_tokens) -> dict:
     """example id -> emitted token ids with `router` (small alone when None), greedy."""
-
     from harness.core import DecodeConfig, Job
     from routers.baselines import SmallOnly
 
@@ -261,7 +260,7 @@ def _decode(engine, router, examples, max_new_tokens) -> dict:
     jobs = [Job(ex.id, engine.encode(ex.messages), cfg) for ex in examples]
     out = {
         j.key: list(g.token_ids)
-        for j, g in decode_each(engine, router, jobs, f"decode with {router.name}")
+        for j, g in engine.generate_each(router, jobs, f"decode with {router.name}")
     }
     return {ex.id: out[ex.id] for ex in examples}
 

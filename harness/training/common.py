@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterable, Iterator
-
 from harness.errors import UserError
 
 
@@ -20,20 +17,6 @@ def train_calib(
             f"got {len(train)} and {len(calib)}"
         )
     return train, calib
-
-
-def decode_each(engine, router, jobs: Iterable, desc: str, unit: str = "ex") -> Iterator:
-    """(job, Generation) for every `harness.core.Job`, `engine.batch` at a time, as each finishes,
-    with a progress bar on stderr; a failed generation stops the command (its error is raised)."""
-    from tqdm import tqdm
-
-    jobs = list(jobs)
-    with tqdm(total=len(jobs), desc=desc, unit=unit, file=sys.stderr) as bar:
-        for job, gen in engine.generate_many(router, jobs):
-            if isinstance(gen, BaseException):
-                raise gen
-            bar.update()
-            yield job, gen
 
 
 def provenance(engine, task, split_seed: int, train, calib) -> dict:

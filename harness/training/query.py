@@ -25,7 +25,7 @@ import torch
 from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
-from harness.training.common import decode_each, provenance, train_calib
+from harness.training.common import provenance, train_calib
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
@@ -167,6 +167,6 @@ def _labels_by_decoding(engine, task, train, max_new_tokens) -> dict:
     jobs = [Job(ex, engine.encode(ex.messages), cfg) for ex in train]
     out = {
         job.key.id: float(task.score(job.key, g.text)[task.metric]) >= 1.0
-        for job, g in decode_each(engine, SmallOnly(), jobs, "small answers")
+        for job, g in engine.generate_each(SmallOnly(), jobs, "small answers")
     }
     return {ex.id: out[ex.id] for ex in train}

@@ -434,9 +434,7 @@ def share_below(scores, threshold: float) -> float:
 
 
 def run_calibrate_reward(args) -> int:
-
     from harness.core import Job
-    from harness.training.common import decode_each
     from routers.baselines import SmallOnly
     from routers.reward import calibrated_threshold, file_sha256, reward_backend_for
     from tasks import get_task
@@ -452,7 +450,7 @@ def run_calibrate_reward(args) -> int:
     jobs = [Job(ex.id, engine.encode(ex.messages), cfg) for ex in examples]
     tokens = {
         job.key: (job.prompt_ids, list(gen.token_ids))
-        for job, gen in decode_each(engine, SmallOnly(), jobs, f"calibrate {task.name}")
+        for job, gen in engine.generate_each(SmallOnly(), jobs, f"calibrate {task.name}")
     }
     # the backbone the reward router will run beside this small model (routers.reward)
     reward = reward_backend_for(args.checkpoint, engine)

@@ -36,7 +36,6 @@ from pathlib import Path
 from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
-from harness.training.common import decode_each
 
 DEFAULT_TASKS = ("gsm8k", "mbpp", "mmlu", "arc_challenge", "commonsense_qa")
 
@@ -136,7 +135,7 @@ def synthesize(engine, prompts: list[tuple], cfg: SynthConfig, path: Path) -> in
     gens: dict[str, dict] = {}
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
-        for job, gen in decode_each(engine, None, jobs, "reward-data", unit="response"):
+        for job, gen in engine.generate_each(None, jobs, "reward-data", unit="response"):
             ex_id, role = job.key
             gens.setdefault(ex_id, {})[role] = gen
             if len(gens[ex_id]) == 2:
