@@ -4,19 +4,19 @@
 #
 #   nohup bash scripts/issue12_runs.sh >> /work/logs/issue12-runs.log 2>&1 &
 #   python scripts/batch_bench.py --table                       # the throughput table so far
-#   python scripts/batch_bench.py --pair runs/validity/gsm8k-small runs/batch/small-100-b8 --margins
+#   python scripts/batch_bench.py --pair runs/validity/gsm8k-small runs/batch/small-100-b16 --margins
 set -uo pipefail
 LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
 THREADS=${THREADS:-2}
-# 1. examples per hour at B = 1, 4, 8, 16 on the same 16 gsm8k test examples
-python scripts/batch_bench.py --routers small,random --limit 16 --threads "$THREADS" --out runs/batch
-# 2. 100 examples, small-only, unbatched (the issue-11 run folder) and at B = 8
+# 1. 100 examples, small-only, unbatched (the issue-11 run folder) and at B = 16 (what --batch auto
+#    chose on this machine): per-example agreement, and examples/hour with less draining
 flock "$LOCK" hybridbench run --task gsm8k --router small --backend llama.cpp --threads "$THREADS" \
     --batch 1 --limit 100 --out runs/validity/gsm8k-small
 flock "$LOCK" hybridbench run --task gsm8k --router small --backend llama.cpp --threads "$THREADS" \
-    --batch 8 --limit 100 --out runs/batch/small-100-b8
-# 3. the other two routers of the throughput table
+    --batch 16 --limit 100 --out runs/batch/small-100-b16
+# 2. examples per hour at B = 1, 4, 8, 16 on the same 16 gsm8k test examples, four routers
+python scripts/batch_bench.py --routers small,random --limit 16 --threads "$THREADS" --out runs/batch
 python scripts/batch_bench.py --routers speculative,large --limit 16 --threads "$THREADS" --out runs/batch
 echo "== $(date -u +%H:%M:%S) done"
