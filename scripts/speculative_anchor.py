@@ -1,0 +1,225 @@
+"""Anchor for speculative decoding: ours on the llama.cpp backend beside llama.cpp's own.
+
+    flock /tmp/hybridbench-heavy.lock python scripts/speculative_anchor.py \\
+        --prompts 20 --max-new-tokens 384 --threads 2 --out runs/spec-anchor
+
+Same GGUF files, same prompt token ids (the first N gsm8k test examples with the task's boxed
+prompt, chat template applied), greedy, the same budget, EOS only (no stop strings):
+
+  server          llama-server -m LARGE                         (llama.cpp's plain decoding)
+  server-md3      llama-server -m LARGE -md SMALL               (its speculative decoding, draft 3)
+  server-md8      ... --spec-draft-n-max 8
+  large           this project's core, `large` router, llama.cpp backend, one stream
+  spec-k3         the core, `speculative` router, k = 3 (llama.cpp's default draft length)
+  spec-adaptive   the core, `speculative` router, adaptive=true (HF's heuristic k schedule)
+
+The servers take the prompt as token ids through `POST /completion` (return_tokens), one request
+at a time, prompt cache off; ours decodes one example at a time (B = 1). Every method runs on
+each prompt before the next prompt starts, so load from elsewhere hits them alike. Speed is
+end to end (prefill + decode, HTTP included for the servers) over the tokens each produced, EOS
+not counted. Equality: each method's ids against `server` (plain greedy large), token for token;
+at the first difference, large's top-2 logit margin there (from our backend) says whether it
+is a near-tie. Writes OUT/results.json (per prompt) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SERVERS = {"server": None, "server-md3": 3, "server-md8": 8}
+OURS = {
+    "large": ("large", {}),
+    "spec-k3": ("speculative", {"k": 3}),
+    "spec-adaptive": ("speculative", {"adaptive": True}),
+}
+
+
+def start_server(
+    binary: str,
+    large: str,
+    small: str | None,
+    draft: int | None,
+    threads: int,
+    n_ctx: int,
+    log: Path,
+):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [binary, "-m", large, "--host", "127.0.0.1", "--port", str(port), "-c", str(n_ctx)]
+    cmd += ["-np", "1", "-t", str(threads), "--no-warmup"]
+    if draft:
+        cmd += ["-md", small, "--spec-draft-n-max", str(draft)]
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, port
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit(f"llama-server did not start: see {log}")
+
+
+def server_complete(port: int, ids: list[int], n: int) -> dict:
+    body = {
+        "prompt": ids,
+        "n_predict": n,
+        "temperature": 0.0,
+        "top_k": 1,
+        "seed": 0,
+        "cache_prompt": False,
+        "return_tokens": True,
+    }
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/completion",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=3600) as r:
+        out = json.loads(r.read())
+    secs = time.perf_counter() - t0
+    t = out.get("timings", {})
+    return {
+        "ids": list(out["tokens"]),
+        "seconds": secs,
+        "draft_n": t.get("draft_n"),
+        "draft_accepted": t.get("draft_n_accepted"),
+    }
+
+
+def margin_at(large, prompt: list[int], ids: list[int], pos: int) -> float:
+    """large's top-2 logit margin at the position that predicts ids[pos]."""
+    large.reset()
+    logits, _ = large.forward(prompt + ids[:pos], 1)
+    large.reset()
+    top = logits[-1].float().topk(2).values
+    return float(top[0] - top[1])
+
+
+def first_diff(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--prompts", type=int, default=20)
+    p.add_argument("--max-new-tokens", type=int, default=384)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument("--server", default=str(Path.home() / ".cache/hybridbench/bin/llama-server"))
+    p.add_argument("--out", default="runs/spec-anchor")
+    args = p.parse_args(argv)
+
+    from harness.core import DecodeConfig
+    from harness.engine import Engine
+    from harness.models import DEFAULT_LARGE, DEFAULT_SMALL, assemble_gguf
+    from routers import get_router
+    from tasks import get_task
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    engine = Engine.load(backend="llama.cpp", threads=args.threads, n_ctx=args.n_ctx)
+    small_gguf, large_gguf = str(assemble_gguf(DEFAULT_SMALL)), str(assemble_gguf(DEFAULT_LARGE))
+    examples = get_task("gsm8k").split("test")[: args.prompts]
+    eos = engine.eos_ids
+    cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, eos_ids=eos)
+
+    servers = {}
+    try:
+        for name, draft in SERVERS.items():
+            servers[name] = start_server(
+                args.server,
+                large_gguf,
+                small_gguf,
+                draft,
+                args.threads,
+                args.n_ctx,
+                out / f"{name}.log",
+            )
+        rows = []
+        for n, ex in enumerate(examples):
+            ids = engine.encode(ex.messages)
+            row = {"id": ex.id, "prompt_tokens": len(ids)}
+            for name, (_, port) in servers.items():
+                r = server_complete(port, ids, args.max_new_tokens)
+                r["ids"] = [t for t in r["ids"] if t not in eos]
+                row[name] = r
+            for name, (router, kw) in OURS.items():
+                g = engine.generate(get_router(router, kw), ids, cfg)
+                row[name] = {"ids": [t for t in g.token_ids if t not in eos], "seconds": g.seconds}
+            ref = row["server"]["ids"]
+            for name in list(SERVERS)[1:] + list(OURS):
+                d = first_diff(ref, row[name]["ids"])
+                row[name]["equal"] = d is None
+                if d is not None:
+                    row[name]["first_diff"] = d
+                    row[name]["margin"] = margin_at(engine.backends["large"], ids, ref, d)
+            rows.append(row)
+            (out / "results.json").write_text(json.dumps(rows, indent=1))
+            print(
+                f"[{n + 1}/{len(examples)}] {ex.id}: "
+                + ", ".join(
+                    f"{m} {len(row[m]['ids']) / row[m]['seconds']:.1f} tok/s"
+                    + ("" if row[m].get("equal", True) else " (differs)")
+                    for m in row
+                    if m not in ("id", "prompt_tokens")
+                ),
+                flush=True,
+            )
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(timeout=30)
+    print(table(rows))
+    return 0
+
+
+def table(rows: list[dict]) -> str:
+    names = list(SERVERS) + list(OURS)
+    tok = {m: sum(len(r[m]["ids"]) for r in rows) for m in names}
+    sec = {m: sum(r[m]["seconds"] for r in rows) for m in names}
+    tps = {m: tok[m] / sec[m] for m in names}
+    lines = [
+        f"n = {len(rows)} prompts; tok/s end to end (prefill included), EOS not counted",
+        "| method | tokens | seconds | tok/s | x server | x server-md3 | equal to server |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in names:
+        eq = sum(r[m].get("equal", True) for r in rows)
+        lines.append(
+            f"| {m} | {tok[m]} | {sec[m]:.1f} | {tps[m]:.2f} | "
+            f"{tps[m] / tps['server']:.3f} | {tps[m] / tps['server-md3']:.3f} | "
+            f"{eq}/{len(rows)} |"
+        )
+    diffs = [
+        (r["id"], m, r[m]["first_diff"], r[m]["margin"])
+        for r in rows
+        for m in names
+        if "first_diff" in r[m]
+    ]
+    for ex_id, m, d, margin in diffs:
+        lines.append(
+            f"- {ex_id} {m}: first difference at token {d}, large's top-2 margin {margin:.3f}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
