@@ -86,19 +86,37 @@ class Citer(TokenRouter):
     """Defers a drafted token when the MLP's P(small suffices) is below `threshold`.
 
     path:      checkpoint from `hybridbench train-citer`
-    threshold: tau; default the one calibrated on the calib split (see the checkpoint)
+    share:     re-calibrate tau to defer this share of the calib tokens (the checkpoint keeps
+               its scores on calib; default: the share it was trained for)
+    threshold: tau directly (overrides share); default the one calibrated on the calib split
     draft_len: tokens small drafts per step (a speed knob: the kept prefix is the same)
     """
 
     name = "citer"
 
-    def __init__(self, path: str, threshold: float | None = None, draft_len: int = 1):
+    def __init__(
+        self,
+        path: str,
+        share: float | None = None,
+        threshold: float | None = None,
+        draft_len: int = 1,
+    ):
+        from routers.query import share_threshold
+
         ckpt = load_checkpoint(path, "citer")
         self.path, self.digest = str(path), file_digest(path)
         self.mlp = CiterMLP(ckpt["hidden_size"])
         self.mlp.load_state_dict(ckpt["state_dict"])
         self.mlp.eval()
-        self.threshold = float(ckpt["threshold"] if threshold is None else threshold)
+        if share is not None and not 0 <= share <= 1:
+            raise ValueError(f"share must be in [0, 1], got {share}")
+        if share is not None and threshold is None and "calib_scores" not in ckpt:
+            raise ValueError(
+                f"{path} keeps no calib scores (trained before share=); give threshold"
+            )
+        self.share = ckpt.get("target_share") if share is None else share
+        tau = ckpt["threshold"] if share is None else share_threshold(ckpt["calib_scores"], share)
+        self.threshold = float(tau if threshold is None else threshold)
         if draft_len < 1:
             raise ValueError(f"draft_len must be >= 1, got {draft_len}")
         self.draft_len = draft_len
@@ -121,7 +139,17 @@ class Citer(TokenRouter):
         return {}
 
     def describe(self) -> dict:
-        return {"path": self.path, "threshold": self.threshold, "checkpoint": self.digest}
+        return {
+            "path": self.path,
+            "share": self.share,
+            "threshold": self.threshold,
+            "checkpoint": self.digest,
+        }
+
+    @classmethod
+    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+        """`hybridbench sweep`: tau re-calibrated to defer each target share of calib tokens."""
+        return [{"share": t} for t in targets]
 
     def used_example_ids(self) -> frozenset[str]:
         return self._used

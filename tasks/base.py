@@ -70,6 +70,11 @@ class Task:
         """Pure: metric name -> value for one completion; includes `self.metric`."""
         raise NotImplementedError
 
+    def reference_answer(self, example: Example) -> str | None:
+        """The reference answer written as a model answering this prompt should write it (CITER's
+        reference trajectory, `harness.training.labels`), or None when the task has none."""
+        return None
+
     def load(self) -> list[Example]:
         """All rows, deterministic order, read once per task object."""
         if getattr(self, "_examples", None) is None:

@@ -119,6 +119,14 @@ class GSM8K(Task):
             for _, doc in docs
         ]
 
+    def reference_answer(self, example: Example) -> str:
+        """The solution in the form the prompt asks for: its <<48/2=24>> calculator annotations
+        dropped (a model never writes them) and its closing "#### N" line written as "The final
+        answer is \\boxed{N}."."""
+        solution = re.sub(r"<<[^>]*>>", "", example.meta["solution"]).strip()
+        body, _, answer = solution.rpartition("####")
+        return f"{body.strip()}\nThe final answer is \\boxed{{{answer.strip()}}}."
+
     def score(self, example: Example, completion: str) -> dict[str, float]:
         gold = str(example.reference)
         answer, stated = extract_answer(completion)

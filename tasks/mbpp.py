@@ -49,6 +49,11 @@ class MBPP(Task):
             for _, doc in docs
         ]
 
+    def reference_answer(self, example: Example) -> str:
+        """The gold code in the ```python block the prompt asks for (line ends normalized)."""
+        code = example.reference.replace("\r\n", "\n").strip()
+        return f"```python\n{code}\n```"
+
     def score(self, example: Example, completion: str) -> dict[str, float]:
         # setup after the solution: the one task with setup code (367) builds trees of its Node
         program = "\n".join(

@@ -316,7 +316,7 @@ def test_training_commands_batch_to_the_same_data(tmp_path):
     task = get_task("gsm8k")
     examples = task.split("train")[:5]
     one, three = engine(1), engine(3)
-    assert _decode(one, None, examples, 9) == _decode(three, None, examples, 9)
+    assert _decode(one, None, task, examples, 9) == _decode(three, None, task, examples, 9)
     assert _labels_by_decoding(one, task, examples, 9) == _labels_by_decoding(
         three, task, examples, 9
     )

@@ -42,6 +42,17 @@ class FakeTask(Task):
     def score(self, example, completion):
         return {"acc": self.verdict}
 
+    def reference_answer(self, example):
+        return example.meta["solution"]
+
+
+class ParityTask(FakeTask):
+    """Correct when the completion's characters sum to an even number: a verdict that depends on
+    every token a rollout wrote, so batched and one-at-a-time rollouts must agree exactly."""
+
+    def score(self, example, completion):
+        return {"acc": float(sum(map(ord, completion)) % 2 == 0)}
+
 
 class Recorder(Router):
     """Keeps every drafted token and records small's hidden state at each step."""
@@ -57,9 +68,26 @@ class Recorder(Router):
         return Decision(keep=1, defer=False)
 
 
-def test_reference_text_drops_calculator_annotations():
-    ex = FakeTask().load()[0]
-    assert labels.reference_text(ex) == "so 2+0 = 2\n#### 2"
+def test_reference_answers_are_written_as_the_prompt_asks_and_score_correct():
+    """gsm8k: calculator annotations dropped, the answer boxed; mbpp: the gold code fenced. Both
+    are what the task's own scorer counts as correct (mbpp's runs in the sandbox)."""
+    from tasks import get_task
+
+    gsm8k, mbpp = get_task("gsm8k"), get_task("mbpp")
+    for ex in gsm8k.split("train")[:20]:
+        ref = labels.reference_text(gsm8k, ex)
+        assert "<<" not in ref and "####" not in ref and ref.endswith("}.")
+        assert gsm8k.score(ex, ref) == {
+            "exact_match": 1.0,
+            "exact_match_strict": 0.0,
+            "exact_match_flexible": 1.0,
+            "extracted": 1.0,
+        }
+    for ex in mbpp.split("train")[:3]:
+        ref = labels.reference_text(mbpp, ex)
+        assert ref.startswith("```python\n") and "\r" not in ref
+        assert mbpp.score(ex, ref)["pass@1"] == 1.0
+    assert labels.reference_text(FakeTask(), FakeTask().load()[0]) == "so 2+0 = <<2+0=2>>2\n#### 2"
 
 
 def test_teacher_forcing_matches_the_core(engine):
@@ -114,8 +142,8 @@ def test_file_roundtrip_resume_and_second_round(engine, tmp_path, monkeypatch):
     exs = task.load()
     first = build_labels(engine, task, exs[:2], cfg, path, progress=False)
     calls = []
-    real = labels.label_example
-    monkeypatch.setattr(labels, "label_example", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = labels.plan_example
+    monkeypatch.setattr(labels, "plan_example", lambda *a, **k: calls.append(1) or real(*a, **k))
     data = build_labels(engine, task, exs, cfg, path, progress=False)
     assert len(calls) == 1  # the two examples already in the file were not labelled again
     loaded = TokenLabels.load(path)
@@ -133,6 +161,76 @@ def test_file_roundtrip_resume_and_second_round(engine, tmp_path, monkeypatch):
     assert r2.meta["round"] == 2 and rolled.any()
     assert torch.all(r2["label"][rolled] == 0) and torch.all(loaded["label"][rolled] == 1)
     assert torch.equal(r2["label"][~rolled], loaded["label"][~rolled])
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_batched_rollouts_equal_one_at_a_time(kind, tmp_path):
+    """build_labels and relabel_rollouts decode rollouts `batch` at a time; every rollout label
+    equals the definition: the task's verdict on one unbatched greedy continuation (`generate`),
+    whatever the batch size, group size or an interruption between groups."""
+    from harness.core import DecodeConfig
+
+    task = ParityTask()
+    cfg = LabelConfig(mode="reference", max_rollouts=3, rollout_tokens=6, top_k=2)
+    exs = task.load()
+    one = Engine(tiny_tokenizer(), tiny_backends(kind=kind))
+    many = Engine(tiny_tokenizer(), tiny_backends(kind=kind, n_seq=4), batch=4)
+    a = build_labels(one, task, exs, cfg, tmp_path / "a.st", progress=False)
+    b = build_labels(many, task, exs[:1], cfg, tmp_path / "b.st", progress=False, group=1)
+    b = build_labels(many, task, exs, cfg, tmp_path / "b.st", progress=False, group=2)
+    for c in ("label", "label_source", "context_token", "small_token"):
+        assert torch.equal(a[c], b[c]), c
+    rolled = torch.nonzero(a["label_source"] == labels.ROLLOUT).flatten().tolist()
+    assert len(rolled) >= 3
+    dc = DecodeConfig(max_new_tokens=6, eos_ids=one.eos_ids)
+
+    def verdict(r, router):
+        j, pos = int(a["example"][r]), int(a["position"][r])
+        ex, prompt = exs[j], one.encode(exs[j].messages)
+        prefix = (
+            prompt + a["context_token"][a.rows_of(j)[:pos]].tolist() + [int(a["small_token"][r])]
+        )
+        g = generate(one.backends, router, prefix, dc)
+        text = one.decode(prefix[len(prompt) :] + list(g.token_ids))
+        return int(task.score(ex, text)["acc"])
+
+    assert [int(a["label"][r]) for r in rolled] == [verdict(r, SmallOnly()) for r in rolled]
+    assert len({int(a["label"][r]) for r in rolled}) == 2  # the check can tell labels apart
+    # round 2 with another router (large alone), interrupted after the first group and resumed
+    path = tmp_path / "r2.st"
+    large = get_router("large")
+    with pytest.raises(KeyboardInterrupt):
+        calls = []
+
+        def stop_second(*args, **kw):
+            calls.append(1)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return real(*args, **kw)
+
+        real = labels.run_rollouts
+        labels.run_rollouts = stop_second
+        try:
+            relabel_rollouts(many, task, exs, a, large, path, progress=False, group=2)
+        finally:
+            labels.run_rollouts = real
+    assert TokenLabels.load(path).meta["relabelled"] == 2
+    r2 = relabel_rollouts(many, task, exs, a, large, path, progress=False, group=2)
+    assert r2.meta["relabelled"] == len(rolled) and r2.meta["round"] == 2
+    assert [int(r2["label"][r]) for r in rolled] == [verdict(r, large) for r in rolled]
+
+
+def test_citer_share_recalibrates_tau(tmp_path):
+    path = save_citer(tmp_path / "c.pt", bias=0.0)
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["calib_scores"] = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    torch.save(ckpt, path)
+    assert get_router("citer", {"path": path, "share": 0.5}).threshold == pytest.approx(0.25)
+    assert get_router("citer", {"path": path, "share": 0.5, "threshold": 0.7}).threshold == 0.7
+    assert get_router("citer", {"path": path}).threshold == 0.5
+    from routers.citer import Citer
+
+    assert Citer.sweep_settings([0.1, 0.35]) == [{"share": 0.1}, {"share": 0.35}]
 
 
 def test_mlp_training_learns_a_separable_signal():

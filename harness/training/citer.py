@@ -19,6 +19,7 @@ trajectories, so that share of calib tokens would be deferred. Evaluate on `test
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -60,8 +61,12 @@ def configure_train_citer(p) -> None:
     )
     p.add_argument("--rounds", type=int, default=2, help="labelling rounds (CITER: 2)")
     p.add_argument("--max-rollouts", type=int, default=2, help="rolled-out positions/example")
-    p.add_argument("--rollout-tokens", type=int, default=256)
-    p.add_argument("--max-new-tokens", type=int, default=256, help="label_free decode budget")
+    p.add_argument(
+        "--rollout-tokens", type=int, default=0, help="rollout budget (0: the task's budget)"
+    )
+    p.add_argument(
+        "--max-new-tokens", type=int, default=0, help="label_free decode budget (0: the task's)"
+    )
     p.add_argument("--target-share", type=float, default=0.2, help="calib deferral share")
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -106,14 +111,15 @@ def run_train_citer(args) -> int:
     ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 1, common)
     if args.rounds == 2:
         path2 = out / "labels_r2.safetensors"
-        if path2.exists():
-            data = TokenLabels.load(path2)
-        elif args.mode == "reference":
+        if args.mode == "reference":  # resumes a partly relabelled file
             router = Citer(str(ckpt))
             data = relabel_rollouts(engine, task, train, data, router, path2)
+        elif path2.exists() and set(TokenLabels.load(path2).meta["done"]) >= {e.id for e in train}:
+            data = TokenLabels.load(path2)
         else:  # label_free: trajectories decoded with the round-1 router in the loop
             router = Citer(str(ckpt))
-            traj = _decode(engine, router, train, args.max_new_tokens)
+            cache = out / "trajectories_r2.jsonl"
+            traj = _decode(engine, router, task, train, args.max_new_tokens, cache)
             data = build_labels(
                 engine, task, train, cfg, path2, trajectories=traj, round_=2, progress=True
             )
@@ -149,6 +155,7 @@ def fit_router(data, fit: FitConfig, calib_hidden, share: float, out: Path, roun
             "state_dict": mlp.state_dict(),
             "threshold": tau,
             "target_share": share,
+            "calib_scores": scores.float(),  # so `share=` can re-calibrate tau at run time
             "round": round_,
             "fit": fit.__dict__,
             "stats": stats,
@@ -229,39 +236,59 @@ def _evaluate(mlp, x, y, loss_fn):
 
 def _calib_hidden(engine, task, calib, cfg, trajectories) -> torch.Tensor:
     """Small's hidden states along the calib trajectories of this mode (reference answers, or
-    small's own answers), the same states the router sees when small writes the answer."""
+    small's own answers: from `trajectories` where given, the others decoded here together),
+    the same states the router sees when small writes the answer."""
     from harness.training.labels import reference_text, teacher_force
 
+    if cfg.mode == "reference":
+        trajs = {
+            ex.id: engine.tokenizer.encode(reference_text(task, ex), add_special_tokens=False)
+            for ex in calib
+        }
+    else:
+        trajs = {ex.id: list(trajectories[ex.id]) for ex in calib if ex.id in (trajectories or {})}
+        missing = [ex for ex in calib if ex.id not in trajs]
+        trajs |= _decode(engine, None, task, missing, cfg.max_new_tokens) if missing else {}
     hs = []
     for ex in calib:
-        prompt = engine.encode(ex.messages)
-        if cfg.mode == "reference":
-            traj = engine.tokenizer.encode(reference_text(ex), add_special_tokens=False)
-        elif trajectories is not None and ex.id in trajectories:
-            traj = list(trajectories[ex.id])
-        else:
-            traj = _decode(engine, None, [ex], cfg.max_new_tokens)[ex.id]
-        if not traj:
-            continue
-        cols = teacher_force(engine.backends, prompt, traj, 1, cfg.chunk, roles=("small",))
-        hs.append(cols["hidden"].float())
+        if trajs[ex.id]:
+            prompt = engine.encode(ex.messages)
+            cols = teacher_force(engine.backends, prompt, trajs[ex.id], 1, cfg.chunk, ("small",))
+            hs.append(cols["hidden"].float())
     if not hs:
         raise UserError("the calib examples gave no tokens to calibrate on")
     return torch.cat(hs)
 
 
-def _decode(engine, router, examples, max_new_tokens) -> dict:
-    """example id -> emitted token ids with `router` (small alone when None), greedy."""
+def _decode(engine, router, task, examples, max_new_tokens, cache: Path | None = None) -> dict:
+    """example id -> emitted token ids with `router` (small alone when None), greedy, up to
+    `max_new_tokens` (0: the task's budget), stopping at EOS and the task's stop strings.
+    `cache`: a JSON-lines file each finished answer is appended to, so a rerun resumes."""
     from harness.core import DecodeConfig, Job
     from routers.baselines import SmallOnly
 
     router = router or SmallOnly()
-    cfg = DecodeConfig(max_new_tokens=max_new_tokens)
-    jobs = [Job(ex.id, engine.encode(ex.messages), cfg) for ex in examples]
-    out = {
-        j.key: list(g.token_ids)
-        for j, g in engine.generate_each(router, jobs, f"decode with {router.name}")
-    }
+    cfg = DecodeConfig(
+        max_new_tokens=max_new_tokens or task.max_new_tokens,
+        stop=tuple(task.stop),
+        eos_ids=engine.eos_ids,
+    )
+    out = {}
+    if cache is not None and cache.exists():
+        for line in cache.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a crash: decoded again
+                continue
+            out[row["id"]] = row["token_ids"]
+    jobs = [Job(ex.id, engine.encode(ex.messages), cfg) for ex in examples if ex.id not in out]
+    with contextlib.ExitStack() as stack:
+        f = stack.enter_context(cache.open("a")) if cache is not None else None
+        for j, g in engine.generate_each(router, jobs, f"decode with {router.name}"):
+            out[j.key] = list(g.token_ids)
+            if f is not None:
+                f.write(json.dumps({"id": j.key, "token_ids": out[j.key]}) + "\n")
+                f.flush()
     return {ex.id: out[ex.id] for ex in examples}
 
 

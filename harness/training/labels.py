@@ -7,14 +7,17 @@ probabilities, match labels). Build one with `build_labels`, read one with `Toke
 
 Trajectories and labels (`LabelConfig.mode`):
 
-- "reference" (CITER's shortcut): the trajectory is the task's reference answer (gsm8k: the
-  solution with its <<calculator>> annotations removed, ending "#### N"), then EOS. At position i:
+- "reference" (CITER's shortcut): the trajectory is the task's reference answer written the way
+  the prompt asks for it (`Task.reference_answer`; gsm8k: the solution without its <<calculator>>
+  annotations, ending "The final answer is \\boxed{N}."; mbpp: the gold code in a ```python
+  block), then the end-of-turn token. At position i:
   small's greedy token == reference token -> label 1 (small suffices, source small_match);
   else large's greedy token == reference -> label 0 (large needed, source large_match);
   else both miss: a rollout decides, as in CITER's code: from prompt + reference[:i] + small's
   token, a rollout router (round 1: small alone; round 2: the trained CITER router) continues to
-  the end (at most `rollout_tokens`); the task scores the answer: correct -> 1, wrong -> 0
-  (source rollout). At most `max_rollouts` both-miss positions per example are rolled out (a
+  the end (at most `rollout_tokens`, default the task's budget: a rollout cut short would score
+  as wrong); the task scores the answer: correct -> 1, wrong -> 0 (source rollout). Rollouts of
+  a group of examples are decoded together, `engine.batch` at a time. At most `max_rollouts` both-miss positions per example are rolled out (a
   seeded choice); the others keep label -1 (source unlabelled) and are not trained on.
 - "label_free": the trajectory is small's own greedy answer (given, e.g. from a `hybridbench run
   --router small` records file, or decoded here); label 1 where small's greedy token equals
@@ -46,7 +49,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -81,8 +83,8 @@ class LabelConfig:
     mode: str = "reference"  # "reference" (CITER shortcut + rollouts) or "label_free"
     top_k: int = 5  # top-k ids/probabilities stored per model and position
     max_rollouts: int = 2  # both-miss positions rolled out per example (reference mode)
-    rollout_tokens: int = 256  # cap on one rollout's new tokens
-    max_new_tokens: int = 256  # label_free: budget when small's answer is decoded here
+    rollout_tokens: int = 0  # cap on one rollout's new tokens; 0 = the task's own budget
+    max_new_tokens: int = 0  # label_free: budget when small's answer is decoded here (0: task's)
     seed: int = 0  # seeds the choice of rolled-out positions
     chunk: int = 64  # positions per teacher-forcing forward pass (bounds logits memory)
 
@@ -145,16 +147,10 @@ class TokenLabels:
         }
 
 
-def reference_text(example) -> str | None:
-    """The reference answer as the model should write it, or None when the task has none.
-
-    gsm8k: the solution without its <<48/2=24>> calculator annotations (a model never writes
-    them); it already ends with "#### N", the form the prompt asks for.
-    """
-    sol = (example.meta or {}).get("solution")
-    if isinstance(sol, str):
-        return re.sub(r"<<[^>]*>>", "", sol).strip()
-    return example.reference if isinstance(example.reference, str) else None
+def reference_text(task, example) -> str | None:
+    """The reference answer as the model should write it (`Task.reference_answer`: gsm8k's
+    solution ending in \\boxed{N}, mbpp's gold code in a ```python block), or None."""
+    return task.reference_answer(example)
 
 
 def teacher_force(models, prompt, traj, top_k: int, chunk: int, roles=("small", "large")) -> dict:
@@ -187,37 +183,53 @@ def teacher_force(models, prompt, traj, top_k: int, chunk: int, roles=("small", 
     return out
 
 
-def rollout_label(engine, task, example, prefix: list[int], n_prompt: int, router, cfg) -> int:
-    """1 if continuing prefix with `router` (greedy, the core) gives a correct answer, else 0."""
-    from harness.core import DecodeConfig, generate
+def rollout_budget(task, cfg: LabelConfig) -> int:
+    return cfg.rollout_tokens or task.max_new_tokens
+
+
+def run_rollouts(engine, task, rollouts: list[tuple], cfg: LabelConfig, desc: str) -> dict:
+    """Label each rollout: 1 if continuing its prefix with its router (greedy, the core, batched
+    `engine.batch` at a time) gives a correct answer, else 0.
+
+    rollouts: (key, example, prefix token ids, prompt length, router) -> {key: label}."""
+    from harness.core import DecodeConfig, Job
 
     dc = DecodeConfig(
-        max_new_tokens=cfg.rollout_tokens, stop=tuple(task.stop), eos_ids=engine.eos_ids
+        max_new_tokens=rollout_budget(task, cfg), stop=tuple(task.stop), eos_ids=engine.eos_ids
     )
-    g = generate(engine.backends, router, prefix, dc)
-    text = engine.decode(list(prefix[n_prompt:]) + list(g.token_ids))
-    for s in task.stop:
-        text = text.split(s)[0]
-    return int(float(task.score(example, text)[task.metric]) >= 1.0)
+    by_key = {key: (ex, prefix, n_prompt) for key, ex, prefix, n_prompt, _ in rollouts}
+    jobs = [Job(key, list(prefix), dc, router) for key, _, prefix, _, router in rollouts]
+    out = {}
+    for job, g in engine.generate_each(None, jobs, desc, unit="rollout", disable=len(jobs) < 2):
+        ex, prefix, n_prompt = by_key[job.key]
+        text = engine.decode(list(prefix[n_prompt:]) + list(g.token_ids))
+        for s in task.stop:
+            text = text.split(s)[0]
+        out[job.key] = int(float(task.score(ex, text)[task.metric]) >= 1.0)
+    return out
 
 
-def label_example(engine, task, example, cfg: LabelConfig, index: int, traj=None, rollout=None):
-    """Columns for one example (see the module docstring). `traj`: label_free trajectory; when
-    None it is small's greedy answer decoded here. `rollout`: the router used for rollouts."""
+def plan_example(engine, task, example, cfg: LabelConfig, index: int, traj=None, rollout=None):
+    """(columns, prompt length, rollouts) for one example: every label the shortcut or agreement
+    decides, -1 where a rollout will decide; `rollouts` as `run_rollouts` takes them, keyed
+    (index, position)."""
+    from routers.baselines import SmallOnly
+
     prompt = engine.encode(example.messages)
     if cfg.mode == "reference":
-        ref = reference_text(example)
+        ref = reference_text(task, example)
         if ref is None:
             raise UserError(f"{example.id} has no reference answer; use mode label_free")
         traj = engine.tokenizer.encode(ref, add_special_tokens=False) + [_im_end(engine)]
     elif traj is None:
-        traj = _small_answer(engine, prompt, cfg.max_new_tokens)
+        traj = _small_answer(engine, task, prompt, cfg.max_new_tokens or task.max_new_tokens)
     cols = teacher_force(engine.backends, prompt, list(traj), cfg.top_k, cfg.chunk)
     n = len(traj)
     ctx = torch.tensor(traj, dtype=torch.long)
     small_ok, large_ok = cols["small_token"] == ctx, cols["large_token"] == ctx
     label = torch.full((n,), -1, dtype=torch.int8)
     source = torch.full((n,), UNLABELLED, dtype=torch.int8)
+    rollouts = []
     if cfg.mode == "label_free":
         agree = cols["small_token"] == cols["large_token"]
         label[:] = agree.to(torch.int8)
@@ -228,7 +240,7 @@ def label_example(engine, task, example, cfg: LabelConfig, index: int, traj=None
         label[only_large], source[only_large] = 0, LARGE_MATCH
         for i in _rollout_positions(~small_ok & ~large_ok, cfg, example.id):
             prefix = prompt + list(traj[:i]) + [int(cols["small_token"][i])]
-            label[i] = rollout_label(engine, task, example, prefix, len(prompt), rollout, cfg)
+            rollouts.append(((index, i), example, prefix, len(prompt), rollout or SmallOnly()))
             source[i] = ROLLOUT
     cols.update(
         example=torch.full((n,), index, dtype=torch.int32),
@@ -237,7 +249,16 @@ def label_example(engine, task, example, cfg: LabelConfig, index: int, traj=None
         label=label,
         label_source=source,
     )
-    return cols, len(prompt)
+    return cols, len(prompt), rollouts
+
+
+def label_example(engine, task, example, cfg: LabelConfig, index: int, traj=None, rollout=None):
+    """Columns for one example (see the module docstring). `traj`: label_free trajectory; when
+    None it is small's greedy answer decoded here. `rollout`: the router used for rollouts."""
+    cols, n_prompt, rollouts = plan_example(engine, task, example, cfg, index, traj, rollout)
+    for (_, i), label in run_rollouts(engine, task, rollouts, cfg, "rollouts").items():
+        cols["label"][i] = label
+    return cols, n_prompt
 
 
 def _rollout_positions(both_miss: torch.Tensor, cfg: LabelConfig, example_id: str) -> list[int]:
@@ -261,11 +282,11 @@ def _im_end(engine) -> int:
     )
 
 
-def _small_answer(engine, prompt, max_new_tokens) -> list[int]:
+def _small_answer(engine, task, prompt, max_new_tokens) -> list[int]:
     from harness.core import DecodeConfig, generate
     from routers.baselines import SmallOnly
 
-    cfg = DecodeConfig(max_new_tokens=max_new_tokens, eos_ids=engine.eos_ids)
+    cfg = DecodeConfig(max_new_tokens=max_new_tokens, stop=tuple(task.stop), eos_ids=engine.eos_ids)
     g = generate(engine.backends, SmallOnly(), prompt, cfg)
     return list(g.token_ids) + ([engine.eos_ids[-1]] if g.stop_reason == "eos" else [])
 
@@ -283,11 +304,12 @@ def build_labels(
     rollout=None,
     round_: int = 1,
     progress: bool = True,
+    group: int | None = None,
 ) -> TokenLabels:
-    """Label `examples` into the file at `path`, saved after every example (a checkpoint): a
-    rerun with the same file skips the examples already done. `trajectories`: example id ->
-    token ids (label_free mode; e.g. from small-only run records)."""
-    from routers.baselines import SmallOnly
+    """Label `examples` into the file at `path`, saved after every group of examples (a
+    checkpoint): a rerun with the same file skips the examples already done. `trajectories`: example id ->
+    token ids (label_free mode; e.g. from small-only run records). Examples are labelled `group`
+    at a time (default 4 x the engine's batch), their rollouts decoded together."""
 
     path = Path(path)
     data = TokenLabels.load(path) if path.exists() else None
@@ -319,50 +341,94 @@ def build_labels(
                         col if c != "example" else torch.full_like(col, ids.index(ex_id))
                     )
                 meta["n_prompt"][ids.index(ex_id)] = data.meta["n_prompt"][j]
-    rollout = rollout or SmallOnly()
-    todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in set(meta["done"])]
-    bar = _bar(todo, f"labels {cfg.mode} r{round_}", progress)
-    for i, ex in bar:
-        traj = None
-        if trajectories is not None:
-            if ex.id not in trajectories:
-                raise UserError(f"no trajectory for {ex.id} in the given records")
-            traj = list(trajectories[ex.id])
-        cols, n_prompt = label_example(engine, task, ex, cfg, i, traj, rollout)
-        for c in COLUMNS:
-            columns[c].append(cols[c])
-        meta["n_prompt"][i] = n_prompt
-        meta["done"].append(ex.id)
-        out = TokenLabels({c: torch.cat(v) for c, v in columns.items()}, meta)
-        out.save(path)
-        if hasattr(bar, "set_postfix"):
-            bar.set_postfix(out.summary())
+    done = set(meta["done"])
+    todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in done]
     if not todo and data is None:
         raise UserError("no examples to label")
+    group = group or max(8, 4 * engine.batch)
+    bar = _bar(len(todo), f"labels {cfg.mode} r{round_}", progress)
+    for start in range(0, len(todo), group):
+        planned, rollouts = [], []
+        for i, ex in todo[start : start + group]:
+            traj = None
+            if trajectories is not None:
+                if ex.id not in trajectories:
+                    raise UserError(f"no trajectory for {ex.id} in the given records")
+                traj = list(trajectories[ex.id])
+            cols, n_prompt, todo_rollouts = plan_example(engine, task, ex, cfg, i, traj, rollout)
+            planned.append((i, ex, cols, n_prompt))
+            rollouts += todo_rollouts
+        decided = run_rollouts(engine, task, rollouts, cfg, f"rollouts r{round_}")
+        for i, ex, cols, n_prompt in planned:
+            for (j, pos), label in decided.items():
+                if j == i:
+                    cols["label"][pos] = label
+            for c in COLUMNS:
+                columns[c].append(cols[c])
+            meta["n_prompt"][i] = n_prompt
+            meta["done"].append(ex.id)
+        out = TokenLabels({c: torch.cat(v) for c, v in columns.items()}, meta)
+        out.save(path)
+        if bar is not None:
+            bar.update(len(planned))
+            bar.set_postfix(out.summary())
+    if bar is not None:
+        bar.close()
     return TokenLabels({c: torch.cat(v) for c, v in columns.items()}, meta)
 
 
-def relabel_rollouts(engine, task, examples, data: TokenLabels, router, path, progress=True):
+def relabel_rollouts(
+    engine, task, examples, data: TokenLabels, router, path, progress=True, group=None
+):
     """CITER's second round: redo every rollout-labelled position with `router` (the trained
-    router) continuing the answer instead of small alone. Returns a new dataset (round + 1)."""
+    router) continuing the answer instead of small alone. Returns a new dataset (round + 1),
+    saved every `group` rollouts (meta "relabelled": how many of them are done), so a rerun
+    with the same `path` resumes."""
     cfg = LabelConfig(**data.meta["config"])
     by_id = {ex.id: ex for ex in examples}
-    label = data["label"].clone()
     rows = torch.nonzero(data["label_source"] == ROLLOUT).flatten().tolist()
-    for r in _bar(rows, f"relabel r{data.meta['round'] + 1}", progress):
-        j = int(data["example"][r])
-        ex = by_id[data.example_ids[j]]
-        prompt = engine.encode(ex.messages)
-        ex_rows = data.rows_of(j)
-        pos = int(data["position"][r])
-        prefix = (
-            prompt + data["context_token"][ex_rows[:pos]].tolist() + [int(data["small_token"][r])]
-        )
-        label[r] = rollout_label(engine, task, ex, prefix, len(prompt), router, cfg)
-    out = TokenLabels(
-        {**data.columns, "label": label}, {**data.meta, "round": data.meta["round"] + 1}
-    )
-    out.save(path)
+    meta = {**data.meta, "round": data.meta["round"] + 1, "relabelled": 0}
+    label = data["label"].clone()
+    path = Path(path)
+    if path.exists():
+        prev = TokenLabels.load(path)
+        same = prev.example_ids == data.example_ids and len(prev) == len(data)
+        if not same or prev.meta.get("round") != meta["round"]:
+            raise UserError(
+                f"{path} was not relabelled from these round-{data.meta['round']} labels"
+            )
+        label, meta["relabelled"] = prev["label"].clone(), prev.meta.get("relabelled", len(rows))
+    group = group or max(16, 8 * engine.batch)
+    prompts = {}
+    bar = _bar(len(rows), f"relabel r{meta['round']}", progress)
+    if bar is not None:
+        bar.update(meta["relabelled"])
+    while meta["relabelled"] < len(rows):
+        part = rows[meta["relabelled"] : meta["relabelled"] + group]
+        rollouts = []
+        for r in part:
+            j = int(data["example"][r])
+            ex = by_id[data.example_ids[j]]
+            prompt = prompts.setdefault(ex.id, engine.encode(ex.messages))
+            ex_rows = data.rows_of(j)
+            pos = int(data["position"][r])
+            prefix = (
+                prompt
+                + data["context_token"][ex_rows[:pos]].tolist()
+                + [int(data["small_token"][r])]
+            )
+            rollouts.append((r, ex, prefix, len(prompt), router))
+        for r, value in run_rollouts(engine, task, rollouts, cfg, "rollouts").items():
+            label[r] = value
+        meta["relabelled"] += len(part)
+        TokenLabels({**data.columns, "label": label}, meta).save(path)
+        if bar is not None:
+            bar.update(len(part))
+    if bar is not None:
+        bar.close()
+    out = TokenLabels({**data.columns, "label": label}, meta)
+    if not rows:
+        out.save(path)
     return out
 
 
@@ -373,11 +439,12 @@ def _model_sources(engine) -> dict:
     }
 
 
-def _bar(items, desc, progress):
+def _bar(total: int, desc: str, progress: bool):
+    """A tqdm bar over `total` items on stderr, or None without progress."""
     if not progress:
-        return items
+        return None
     import sys
 
     from tqdm import tqdm
 
-    return tqdm(items, desc=desc, file=sys.stderr)
+    return tqdm(total=total, desc=desc, file=sys.stderr)

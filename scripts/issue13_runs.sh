@@ -1,0 +1,47 @@
+#!/bin/bash
+# Issue 13: the trained routers at scale, on the real pair (llama.cpp, batched). Resumable: every
+# step is a resumable command under the heavy lock; after an interruption run this again.
+#
+#   nohup bash scripts/issue13_runs.sh >> /work/logs/issue13-runs.log 2>&1 &
+#
+# Sizes are what the splits hold (tasks/base.py's seeded 38/10/52 split of the only split the
+# offline data has): gsm8k train 503, calib 138; mbpp train 205, calib 40. --limit 1000 = all.
+set -uo pipefail
+LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
+OUT=${OUT:-runs/train13}
+THREADS=${THREADS:-2}
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
+MODELS=(--backend llama.cpp --threads "$THREADS" --batch auto)
+ALL=1000
+
+step() { # a command under the lock, timed, its exit status reported
+    echo "== $(date -u +%H:%M:%S) $*"
+    flock "$LOCK" "$@"
+    local rc=$?
+    [ $rc -eq 0 ] || echo "!! exited $rc: $*"
+}
+
+for task in gsm8k mbpp; do
+    # 1. small's greedy answers on train: the query router's labels (correct or not) and the
+    #    label-free CITER trajectories
+    step hybridbench run --task $task --router small --split train --limit $ALL "${MODELS[@]}" \
+        --out "$OUT/$task-train-small"
+    # 2. query router (labels: small's own answers), tau for 20% of calib prompts; share= re-sets it
+    step hybridbench train-query --task $task --train-limit $ALL --calib-limit $ALL --share 0.2 \
+        --small-records "$OUT/$task-train-small/records.jsonl" "${MODELS[@]}" \
+        --out "$OUT/query-$task"
+    # 3. CITER, label-free (small vs large agreement along small's answers), two rounds
+    step hybridbench train-citer --task $task --mode label_free --train-limit $ALL \
+        --calib-limit $ALL --trajectories "$OUT/$task-train-small/records.jsonl" \
+        --target-share 0.2 "${MODELS[@]}" --out "$OUT/citer-lf-$task"
+done
+for task in gsm8k mbpp; do
+    # 4. CITER with the reference shortcut (gsm8k solutions, mbpp gold code) and rollouts, two rounds
+    step hybridbench train-citer --task $task --mode reference --train-limit $ALL \
+        --calib-limit $ALL --target-share 0.2 "${MODELS[@]}" --out "$OUT/citer-ref-$task"
+done
+# 5. the reward model's preference data: 1,000 prompts from five tasks' train splits, full responses
+step hybridbench reward-data --out "$OUT/reward-data" --prompts 1000 --max-new-tokens 0 \
+    "${MODELS[@]}"
+echo "== $(date -u +%H:%M:%S) done"
