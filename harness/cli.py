@@ -36,7 +36,12 @@ COMMANDS = {
     ),
     "reward-data": ("harness.training.reward_data", "reward_data", "reward-model preference pairs"),
     "train-reward": ("harness.training.reward", "train_reward", "train the reward model"),
-    "calibrate-reward": ("harness.training.reward", "calibrate_reward", "reward-score thresholds"),
+    "calibrate": (
+        "harness.calibrate",
+        "calibrate",
+        "a token router's scores on calib, for target_share thresholds",
+    ),
+    "calibrate-reward": ("harness.calibrate", "calibrate_reward", "calibrate --router reward"),
     "lm-eval": (
         "harness.lmeval",
         "lm_eval",

@@ -8,9 +8,11 @@ Each (router, setting) is one `hybridbench run` (harness/runner.py, not a copy o
 OUT/<router>__<setting>/, so the sweep folder is a results folder that `hybridbench report` reads.
 The model, decode and split options are those of `run` and are passed on unchanged.
 
-Settings. A router class may define a classmethod `sweep_settings(targets: list[float]) ->
-list[dict]`, the router arguments of each setting (`random`: p = each target; `entropy` and
-`confidence`: a fixed threshold grid, see routers/baselines.py). A router without it (small,
+Settings. A router class may define a classmethod `sweep_settings(targets: list[float], fixed:
+dict) -> list[dict]`, the router arguments of each setting given the router's fixed arguments
+(`random`: p = each target; `entropy` and `confidence`: each target share when a calibration file
+is passed (`--router-arg entropy:calibration=FILE`), else a fixed threshold grid, see
+routers/baselines.py). A router without it (small,
 large, oracle) runs once, setting `default`. `--router-arg ROUTER:K=V` adds a fixed argument to
 every setting of ROUTER (a checkpoint, a calibration file); one that names a swept argument
 (`entropy:threshold=1.0`) pins it, and that router runs once, at that value.
@@ -174,7 +176,7 @@ def plan(args, out: Path) -> list[Job]:
     fixed = fixed_router_args(args.router_arg, routers)
     jobs, names = [], set()
     for router in routers:
-        settings = router_settings(router, targets)
+        settings = router_settings(router, targets, fixed[router])
         pinned = {k: v for k, v in fixed[router].items() if any(k in s for s in settings)}
         if pinned:  # --router-arg names a swept argument: that router runs once, at that value
             settings = [pinned]
@@ -216,14 +218,15 @@ def fixed_router_args(pairs: list[str], routers: list[str]) -> dict[str, dict]:
     return out
 
 
-def router_settings(router: str, targets: list[float]) -> list[dict]:
-    """The router arguments of each setting: the class's `sweep_settings(targets)`, else [{}]."""
+def router_settings(router: str, targets: list[float], fixed: dict | None = None) -> list[dict]:
+    """The router arguments of each setting: the class's `sweep_settings(targets, fixed)`, else
+    [{}]."""
     from routers import router_class
 
     sweep_settings = getattr(router_class(router), "sweep_settings", None)
     if sweep_settings is None:
         return [{}]
-    settings = [dict(s) for s in sweep_settings(list(targets))]
+    settings = [dict(s) for s in sweep_settings(list(targets), dict(fixed or {}))]
     if not settings:
         raise UserError(f"router {router!r} has no sweep settings for targets {targets}")
     return settings

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from routers.base import Decision, Needs, Router, StepView, TokenRouter
+from routers.calibration import calibrated, sweep_targets
 
 
 class SmallOnly(Router):
@@ -46,7 +47,7 @@ class RandomRouter(TokenRouter):
         return torch.rand(len(view.draft), generator=view.generator) < self.p
 
     @classmethod
-    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+    def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
         """`hybridbench sweep`: one setting per target large-token share, p = the target."""
         return [{"p": t} for t in targets]
 
@@ -67,19 +68,26 @@ class EntropyRouter(TokenRouter):
     # Sweep grid in nats, fixed (not calibrated to targets): 0.25 defers often, 4.0 rarely.
     SWEEP_THRESHOLDS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
-    def __init__(self, threshold: float = 1.0):
-        self.threshold = threshold
+    def __init__(self, threshold=None, target_share=None, calibration=None):
+        threshold, cal = calibrated(self.name, threshold, target_share, calibration)
+        self.threshold = 1.0 if threshold is None else float(threshold)
+        self.target_share, self.calibration = target_share, calibration
+        self._ids = frozenset(cal.get("example_ids", ()))
 
     def defer_mask(self, view: StepView) -> torch.Tensor:
         return entropy(view.small_logits) > self.threshold
 
     @classmethod
-    def sweep_settings(cls, targets: list[float]) -> list[dict]:
-        """`hybridbench sweep`: the fixed grid SWEEP_THRESHOLDS, whatever the targets."""
-        return [{"threshold": t} for t in cls.SWEEP_THRESHOLDS]
+    def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
+        """`hybridbench sweep`: each target share, calibrated, when the sweep passes
+        `calibration=FILE` (`hybridbench calibrate --router entropy`), else SWEEP_THRESHOLDS."""
+        return sweep_targets(targets, fixed, cls.SWEEP_THRESHOLDS)
 
     def describe(self) -> dict:
-        return {"threshold": self.threshold}
+        return _threshold_description(self)
+
+    def used_example_ids(self) -> frozenset[str]:
+        return self._ids
 
 
 class ConfidenceRouter(TokenRouter):
@@ -89,19 +97,38 @@ class ConfidenceRouter(TokenRouter):
     # Sweep grid of top-token probability, fixed (not calibrated): 0.3 defers rarely, 0.97 often.
     SWEEP_THRESHOLDS = (0.3, 0.5, 0.7, 0.9, 0.97)
 
-    def __init__(self, threshold: float = 0.5):
-        self.threshold = threshold
+    def __init__(self, threshold=None, target_share=None, calibration=None):
+        threshold, cal = calibrated(self.name, threshold, target_share, calibration)
+        self.threshold = 0.5 if threshold is None else float(threshold)
+        self.target_share, self.calibration = target_share, calibration
+        self._ids = frozenset(cal.get("example_ids", ()))
 
     def defer_mask(self, view: StepView) -> torch.Tensor:
-        return torch.softmax(view.small_logits.float(), -1).amax(-1) < self.threshold
+        return top_probability(view.small_logits) < self.threshold
 
     @classmethod
-    def sweep_settings(cls, targets: list[float]) -> list[dict]:
-        """`hybridbench sweep`: the fixed grid SWEEP_THRESHOLDS, whatever the targets."""
-        return [{"threshold": t} for t in cls.SWEEP_THRESHOLDS]
+    def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
+        """`hybridbench sweep`: each target share, calibrated, when the sweep passes
+        `calibration=FILE` (`hybridbench calibrate --router confidence`), else SWEEP_THRESHOLDS."""
+        return sweep_targets(targets, fixed, cls.SWEEP_THRESHOLDS)
 
     def describe(self) -> dict:
-        return {"threshold": self.threshold}
+        return _threshold_description(self)
+
+    def used_example_ids(self) -> frozenset[str]:
+        return self._ids
+
+
+def top_probability(logits: torch.Tensor) -> torch.Tensor:
+    """Probability of the most likely token per row: [k, V] -> [k]."""
+    return torch.softmax(logits.float(), -1).amax(-1)
+
+
+def _threshold_description(router) -> dict:
+    out = {"threshold": router.threshold}
+    if router.target_share is not None:
+        out.update(target_share=router.target_share, calibration=router.calibration)
+    return out
 
 
 class OracleRouter(TokenRouter):

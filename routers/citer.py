@@ -147,7 +147,7 @@ class Citer(TokenRouter):
         }
 
     @classmethod
-    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+    def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
         """`hybridbench sweep`: tau re-calibrated to defer each target share of calib tokens."""
         return [{"share": t} for t in targets]
 

@@ -92,7 +92,7 @@ class QueryRouter(Router):
         return self.score(view.prompt_hidden) < self.threshold
 
     @classmethod
-    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+    def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
         """`hybridbench sweep`: tau re-calibrated to send each target share of calib prompts."""
         return [{"share": t} for t in targets]
 
@@ -133,7 +133,7 @@ class RandomQuery(Router):
         return (draw + int.from_bytes(digest[:8], "big") / 2**64) % 1.0 < self.p
 
     @classmethod
-    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+    def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
         """`hybridbench sweep`: one setting per target share of prompts, p = the target."""
         return [{"p": t} for t in targets]
 

@@ -30,8 +30,6 @@ Absolute thresholds therefore mean something only for one trained checkpoint; th
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 from pathlib import Path
 
 import torch
@@ -40,6 +38,7 @@ from harness.backends.hf import HFBackend
 from harness.errors import UserError
 from harness.records import ModelInfo
 from routers.base import Needs, StepView, TokenRouter
+from routers.calibration import calibrated, calibrated_threshold, read_calibration  # noqa: F401
 
 FORMAT = "hybridbench-reward/1"  # checkpoint format tag
 DEFAULT_LAYERS = 6  # backbone depth: the first 6 of small's 24 layers
@@ -305,34 +304,6 @@ def reward_backend_for(path: str | Path, engine):
     return load_reward_backend(path, dtype, small.info.device, engine.tokenizer)
 
 
-# --- calibration -----------------------------------------------------------------------------
-
-
-def calibrated_threshold(scores, target_share: float) -> float:
-    """The threshold that defers a `target_share` of `scores` (defer = score < threshold):
-    their `target_share` quantile (RouteLLM's calibration). 0 -> -inf, 1 -> +inf.
-    Example: scores [1, 2, 3, 4, 5], target 0.5 -> 3.0 (1 and 2 defer: 40% of five scores)."""
-    import numpy as np
-
-    if target_share <= 0:
-        return -math.inf
-    if target_share >= 1:
-        return math.inf
-    return float(np.quantile(np.asarray(scores, dtype=float), target_share))
-
-
-def read_calibration(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"calibration file not found: {path}")
-    try:
-        cal = json.loads(path.read_text())
-        cal["scores"], cal["checkpoint_sha256"]  # noqa: B018 - required keys
-    except (ValueError, KeyError):
-        raise UserError(f"not a reward calibration file: {path}") from None
-    return cal
-
-
 # --- the router ------------------------------------------------------------------------------
 
 
@@ -356,7 +327,7 @@ class RewardRouter(TokenRouter):
         calibration: str | None = None,
         draft_len: int = 1,
     ):
-        if (threshold is None) == (target_share is None):
+        if threshold is None and target_share is None:
             raise UserError("router reward needs threshold=X or target_share=S (one of them)")
         if draft_len < 1:
             raise UserError(f"router reward: draft_len must be >= 1, got {draft_len}")
@@ -368,19 +339,12 @@ class RewardRouter(TokenRouter):
             self._ids = frozenset(ck.get("used_example_ids", ()))
             sha = file_sha256(checkpoint)
         self.calibration = calibration
-        if target_share is not None:
-            if not 0 <= target_share <= 1:
-                raise UserError(
-                    f"router reward: target_share must be in [0, 1], got {target_share}"
-                )
-            if not calibration:
-                raise UserError("router reward: target_share needs calibration=FILE")
-            cal = read_calibration(calibration)
-            if sha and cal["checkpoint_sha256"] != sha:
+        threshold, cal = calibrated("reward", threshold, target_share, calibration)
+        if cal:
+            if sha and cal.get("checkpoint_sha256") != sha:
                 raise UserError(f"{calibration} was made with another checkpoint than {checkpoint}")
             self._ids |= frozenset(cal.get("example_ids", ()))
             self.target_share = float(target_share)
-            threshold = calibrated_threshold(cal["scores"], self.target_share)
         self.threshold = float(threshold)
 
     def needs(self) -> Needs:
@@ -400,7 +364,7 @@ class RewardRouter(TokenRouter):
         return {"reward": reward_backend_for(self.checkpoint, engine)}
 
     @classmethod
-    def sweep_settings(cls, targets: list[float]) -> list[dict]:
+    def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
         """`hybridbench sweep`: one calibrated threshold per target large-token share; the sweep
         must also pass `--router-arg reward:calibration=FILE`."""
         return [{"target_share": t} for t in targets]

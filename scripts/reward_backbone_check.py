@@ -31,8 +31,8 @@ def main() -> int:
 
     import torch
 
+    from harness.calibrate import backend_scores
     from harness.engine import Engine
-    from harness.training.reward import backend_scores
     from routers.reward import calibrated_threshold, load_reward_backend, reward_backend_for
     from tasks import get_task
 

@@ -105,7 +105,7 @@ class Boom(TokenRouter):
         self.level = level
 
     @classmethod
-    def sweep_settings(cls, targets):
+    def sweep_settings(cls, targets, fixed=None):
         return [{"level": t} for t in targets]
 
     def defer_mask(self, view) -> torch.Tensor:

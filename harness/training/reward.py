@@ -34,12 +34,7 @@ from pathlib import Path
 
 import torch
 
-from harness import options
-from harness.engine import engine_from_args
 from harness.errors import UserError
-
-PAPER_THRESHOLDS = (1.0, 1.5, 2.0, 4.0)
-TARGET_SHARES = tuple(round(0.1 * i, 1) for i in range(1, 10))
 
 
 def preference_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
@@ -393,21 +388,6 @@ def _save_state(path: Path, state: dict, key: dict) -> None:
     tmp.replace(path)
 
 
-# --- calibrate-reward ------------------------------------------------------------------------
-
-
-def configure_calibrate_reward(p) -> None:
-    p.add_argument("--checkpoint", required=True, help="reward.pt from train-reward")
-    p.add_argument("--task", required=True)
-    p.add_argument("--split", default="calib", help="calibration split (default calib)")
-    p.add_argument("--split-seed", type=int, default=0)
-    p.add_argument("--limit", type=int, default=10, help="first N examples of the split")
-    p.add_argument("--out", required=True, help="calibration JSON to write")
-    options.add_decode_args(p, max_new_tokens=None)
-    options.add_model_args(p)
-    options.add_batch_arg(p)
-
-
 @torch.inference_mode()
 def token_scores(model, prompt_ids: list[int], ids: list[int]) -> list[float]:
     """The reward of each token of `ids` after `prompt_ids` (one full pass, no cache)."""
@@ -416,70 +396,3 @@ def token_scores(model, prompt_ids: list[int], ids: list[int]) -> list[float]:
     device = next(model.parameters()).device
     scores, _, _ = model(torch.tensor([prompt_ids + ids], device=device))
     return scores[0, len(prompt_ids) :].tolist()
-
-
-def backend_scores(backend, prompt_ids: list[int], ids: list[int]) -> list[float]:
-    """The reward of each token of `ids` after `prompt_ids` from a reward backend (one pass)."""
-    if not ids:
-        return []
-    backend.reset()
-    out, _ = backend.forward(list(prompt_ids) + list(ids), len(ids))
-    backend.reset()
-    return out[:, 0].tolist()
-
-
-def share_below(scores, threshold: float) -> float:
-    """Share of `scores` strictly below `threshold` (what the router would defer); NaN if none."""
-    return sum(s < threshold for s in scores) / len(scores) if len(scores) else math.nan
-
-
-def run_calibrate_reward(args) -> int:
-    from harness.core import Job
-    from routers.baselines import SmallOnly
-    from routers.reward import calibrated_threshold, file_sha256, reward_backend_for
-    from tasks import get_task
-
-    task = get_task(args.task)
-    examples = task.split(args.split, seed=args.split_seed)[: args.limit]
-    if not examples:
-        raise UserError(f"task {args.task} split {args.split} has no examples")
-    cfg = options.decode_config(args, stop=tuple(task.stop))
-    if args.max_new_tokens is None:
-        cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
-    engine = engine_from_args(args)
-    jobs = [Job(ex.id, engine.encode(ex.messages), cfg) for ex in examples]
-    tokens = {
-        job.key: (job.prompt_ids, list(gen.token_ids))
-        for job, gen in engine.generate_each(SmallOnly(), jobs, f"calibrate {task.name}")
-    }
-    # the backbone the reward router will run beside this small model (routers.reward)
-    reward = reward_backend_for(args.checkpoint, engine)
-    scores = []
-    for ex in examples:  # in example order, as before batching
-        scores += backend_scores(reward, *tokens[ex.id])
-    cal = {
-        "checkpoint": str(args.checkpoint),
-        "checkpoint_sha256": file_sha256(args.checkpoint),
-        "task": task.name,
-        "split": args.split,
-        "split_seed": args.split_seed,
-        "example_ids": [ex.id for ex in examples],
-        "decode": {k: v for k, v in cfg.__dict__.items() if k != "eos_ids"},
-        "n_tokens": len(scores),
-        "reward_backend": reward.info.backend or "transformers",
-        "thresholds": {str(s): calibrated_threshold(scores, s) for s in TARGET_SHARES},
-        "paper_threshold_shares": {str(t): share_below(scores, t) for t in PAPER_THRESHOLDS},
-        "scores": scores,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(cal, indent=1) + "\n")
-    print(f"{args.out}: {len(scores)} token scores from {len(examples)} {args.split} examples")
-    print(
-        "  target share -> threshold: "
-        + ", ".join(f"{s}: {t:.3f}" for s, t in cal["thresholds"].items())
-    )
-    print(
-        "  paper threshold -> share of calib tokens below it: "
-        + ", ".join(f"{t}: {s:.3f}" for t, s in cal["paper_threshold_shares"].items())
-    )
-    return 0
