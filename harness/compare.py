@@ -11,9 +11,11 @@ Rules (every number printed comes from `harness.metrics`):
   is flagged when the whole interval lies below `-tolerance` (default 0): a drop larger than
   the noise of resampling examples. Without shared examples the unpaired rule applies: new
   quality below the lower end of old's `metrics.quality_ci`.
-- speed: throughput `tok_per_s` (`metrics.latency`: emitted tokens / decode seconds); a slowdown
-  old / new above `--max-slowdown` (default 1.25) is flagged. Timings from different machines
-  are not comparable: the machine of each run is printed when they differ.
+- speed: when both manifests record their sessions, `throughput_tok_per_s` (`metrics.throughput`:
+  emitted tokens / wall seconds, the one speed a batched run has); otherwise per-stream
+  `tok_per_s` (`metrics.latency`: emitted tokens / decode seconds). A slowdown old / new above
+  `--max-slowdown` (default 1.25) is flagged. Timings from different machines, or batch sizes,
+  are not comparable: each run's machine and batch size are printed when they differ.
 - failures: more failed examples (records with an `error`) in new than in old is flagged.
 """
 
@@ -91,21 +93,18 @@ def compare(
             )
     q_old, q_new = metrics.quality(old.records, metric), metrics.quality(new.records, metric)
     old_ci = metrics.quality_ci(old.records, metric, n_boot=n_boot)
-    new_by_id = {r["example_id"]: r for r in new.records}
-    pairs = [(r, new_by_id[r["example_id"]]) for r in old.records if r["example_id"] in new_by_id]
-    diffs = [metrics.example_score(n, metric) - metrics.example_score(o, metric) for o, n in pairs]
-    diff_ci = metrics.bootstrap_ci(diffs, n_boot=n_boot)
-    tps_old = metrics.latency(old.records)["tok_per_s"]
-    tps_new = metrics.latency(new.records)["tok_per_s"]
+    paired = metrics.paired_difference(new.records, old.records, metric, n_boot=n_boot)
+    n_pairs, diff_ci = paired["n"], (paired["ci_low"], paired["ci_high"])
+    tps_old, tps_new = speeds(old, new)
     slowdown = tps_old / tps_new if tps_new > 0 else math.nan
 
     flags = []
-    if pairs and diff_ci[1] < -tolerance:
+    if n_pairs and diff_ci[1] < -tolerance:
         flags.append(
             f"quality: {metric} dropped {q_old:.4g} -> {q_new:.4g}; paired 95% CI of the change "
-            f"[{diff_ci[0]:.4g}, {diff_ci[1]:.4g}] lies below -{tolerance:g} ({len(pairs)} examples)"
+            f"[{diff_ci[0]:.4g}, {diff_ci[1]:.4g}] lies below -{tolerance:g} ({n_pairs} examples)"
         )
-    elif not pairs and q_new < old_ci[0]:
+    elif not n_pairs and q_new < old_ci[0]:
         flags.append(
             f"quality: {metric} {q_new:.4g} is below old's 95% CI [{old_ci[0]:.4g}, {old_ci[1]:.4g}]"
         )
@@ -117,9 +116,16 @@ def compare(
     if new.n_failed > old.n_failed:
         flags.append(f"failures: {old.n_failed} -> {new.n_failed} failed examples")
     return Verdict(
-        metric, len(pairs), q_old, q_new, old_ci, diff_ci, tps_old, tps_new, slowdown,
+        metric, n_pairs, q_old, q_new, old_ci, diff_ci, tps_old, tps_new, slowdown,
         old.n_failed, new.n_failed, tuple(flags),
     )  # fmt: skip
+
+
+def speeds(old: Run, new: Run) -> tuple[float, float]:
+    """(old, new) tokens per second, measured the same way for both (see the module docstring)."""
+    if old.manifest.get("sessions") and new.manifest.get("sessions"):
+        return tuple(metrics.throughput(r.manifest)["throughput_tok_per_s"] for r in (old, new))
+    return tuple(metrics.latency(r.records)["tok_per_s"] for r in (old, new))
 
 
 def report(old: Run, new: Run, v: Verdict) -> str:
@@ -136,6 +142,9 @@ def report(old: Run, new: Run, v: Verdict) -> str:
     m_old, m_new = old.manifest.get("machine"), new.manifest.get("machine")
     if m_old != m_new:
         lines.append(f"note: different machines, speeds are not comparable: {m_old} vs {m_new}")
+    b_old, b_new = (metrics.throughput(r.manifest)["batch"] for r in (old, new))
+    if b_old != b_new:
+        lines.append(f"note: batch {b_old:g} vs {b_new:g}: throughputs are not comparable")
     lines += [f"REGRESSION {f}" for f in v.flags] or ["no regression flagged"]
     return "\n".join(lines)
 

@@ -136,6 +136,19 @@ def quality_ci(
 # ---------------------------------------------------------------- large-model shares
 
 
+def paired_difference(
+    a: Sequence[dict], b: Sequence[dict], metric: str, n_boot: int = 1000, seed: int = 0
+) -> dict[str, float]:
+    """Mean of score(a) - score(b) over the examples both ran without failing, with its 95%
+    percentile bootstrap CI (`bootstrap_ci`, resampling examples: the difference is paired).
+    Example: a scores [1, 1, 0], b scores [0, 1, 0] on the same ids -> diff 0.333."""
+    b_by_id = {r["example_id"]: r for r in ok_records(b)}
+    pairs = [(r, b_by_id[r["example_id"]]) for r in ok_records(a) if r["example_id"] in b_by_id]
+    diffs = [example_score(x, metric) - example_score(y, metric) for x, y in pairs]
+    lo, hi = bootstrap_ci(diffs, n_boot=n_boot, seed=seed)
+    return {"n": len(diffs), "diff": _mean(diffs), "ci_low": lo, "ci_high": hi}
+
+
 def large_token_share(records: Sequence[dict]) -> float:
     """Tokens emitted by the large model / all emitted tokens. Token-weighted over examples.
 

@@ -19,12 +19,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import metrics
+from harness.costmodel import PROFILES, modeled_latency
 from harness.errors import UserError
 from harness.frontier import aiq, apgr, cpt
-from reports.load import REFERENCES, load_runs
+from reports.load import REFERENCES, load_runs, read_records
 from reports.plots import PLOTS, reference
 
 GB = 1e9
+CONTROLS = {"query": "random_query"}  # the control of each router; the others: `random`
+UNCOMPARED = (*REFERENCES, "random", "random_query")  # rows that are not compared to a control
+MATCH = 0.02  # large-token shares within 2 points count as matched
 
 DEFINITIONS = (
     "quality: mean of the task's primary metric over non-failed examples; "
@@ -37,7 +42,18 @@ DEFINITIONS = (
     "AIQ (RouterBench): mean quality under the non-decreasing convex hull over large-token "
     "share in [0, 1], with the small-only and large-only points added.",
     "GB moved/example: bytes moved per example, per forward pass the model's weights plus the KV cache "
-    "it reads; example-mean. tok/s: emitted tokens / decode seconds, measured.",
+    "it reads; example-mean.",
+    "Paired vs control: each router's run against the run of its control (random; random_query "
+    "for query) whose large-token share is nearest, on the examples both scored: mean difference "
+    f"of the primary metric with a 95% paired bootstrap CI; 'matched' when the shares are within "
+    f"{MATCH:g}. better / worse: the CI excludes 0; otherwise no difference was detected.",
+    "Throughput: emitted tokens (examples) per wall second (hour) on the machine that ran the "
+    "sweep, all streams of a batch together (batch = sequences decoded at once); measured. "
+    "Modeled tok/s: the same tokens under the bandwidth cost model of a hardware profile "
+    "(harness/costmodel.py: seed-xeon-a100 = small on a Xeon, large on a remote A100; h100 = "
+    "both on one H100); modeled, not measured.",
+    "Transfer: runs of routers trained on another task (their checkpoint's task) are listed "
+    "apart and left out of the runs, routers and plots above them.",
 )
 
 
@@ -168,6 +184,92 @@ def routers_table(routers: pd.DataFrame) -> Table:
     return Table("Routers", header, rows)
 
 
+def _scores(path: str, cache: dict) -> list[dict]:
+    if path not in cache:
+        cache[path] = read_records(path)
+    return cache[path]
+
+
+def paired_table(df: pd.DataFrame, cache: dict) -> Table:
+    """Every router's run against its control's run at the nearest large-token share, paired."""
+    rows = []
+    for _, r in df[~df["router"].isin(UNCOMPARED)].iterrows():
+        control = CONTROLS.get(r["router"], "random")
+        pool = df[df["router"] == control]
+        if not len(pool):
+            rows.append((r["router"], r["setting"] or "—", _num(r["large_token_share"]),
+                         f"no {control} run", "—", "—", "—", "—"))  # fmt: skip
+            continue
+        gap = (pool["large_token_share"] - r["large_token_share"]).abs()
+        c = pool.loc[gap.fillna(math.inf).idxmin()]
+        d = metrics.paired_difference(
+            _scores(r["path"], cache), _scores(c["path"], cache), r["metric"]
+        )
+        matched = abs(c["large_token_share"] - r["large_token_share"]) <= MATCH
+        verdict = "better" if d["ci_low"] > 0 else "worse" if d["ci_high"] < 0 else "no difference"
+        rows.append(
+            (
+                r["router"],
+                r["setting"] or "—",
+                _num(r["large_token_share"]),
+                f"{control} {c['setting'] or ''}".strip(),
+                _num(c["large_token_share"]) + ("" if matched else " (not matched)"),
+                str(d["n"]),
+                f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["n"] else "—",
+                verdict if d["n"] else "—",
+            )
+        )
+    header = ("router", "setting", "large token share", "control", "its share", "paired n",
+              "difference [95% CI]", "verdict")  # fmt: skip
+    return Table("Paired vs control at the same share", header, tuple(rows))
+
+
+def speed_table(df: pd.DataFrame, routers: pd.DataFrame, cache: dict) -> Table:
+    """Measured throughput per run, and modeled tokens per second on two hardware profiles."""
+    import json
+
+    rows = []
+    for _, r in _ordered_runs(df, routers).iterrows():
+        manifest = json.loads((Path(r["path"]) / "manifest.json").read_text(encoding="utf-8"))
+        records = _scores(r["path"], cache)
+        modeled = [modeled_latency(records, manifest, PROFILES[p]) for p in PROFILE_COLUMNS]
+        rows.append(
+            (
+                r["router"],
+                r["setting"] or "—",
+                _num(r.get("batch", math.nan), 0),
+                _num(r.get("throughput_tok_per_s", math.nan), 2),
+                _num(r.get("examples_per_hour", math.nan), 1),
+                *(_num(m["modeled_tok_per_s"], 1) for m in modeled),
+            )
+        )
+    header = ("router", "setting", "batch", "tok/s (measured)", "examples/hour (measured)",
+              *(f"tok/s modeled, {p}" for p in PROFILE_COLUMNS))  # fmt: skip
+    return Table("Throughput (measured) and modeled speed", header, tuple(rows))
+
+
+PROFILE_COLUMNS = ("seed-xeon-a100", "h100")
+
+
+def transfer_table(df: pd.DataFrame) -> Table:
+    """Runs of routers trained on another task."""
+    rows = tuple(
+        (
+            r["router"],
+            r["setting"] or "—",
+            str(r.get("router_trained_on") or "—"),
+            f"{int(r['n'])}",
+            f"{_num(r['quality'])} [{_num(r['quality_ci_low'])}, {_num(r['quality_ci_high'])}]",
+            _num(r["large_token_share"]),
+            _num(r["large_call_share"]),
+        )
+        for _, r in df.sort_values(["router", "setting", "run"]).iterrows()
+    )
+    header = ("router", "setting", "trained on", "n", "quality [95% CI]", "large token share",
+              "large call share")  # fmt: skip
+    return Table("Transfer: routers trained on another task", header, rows)
+
+
 def provenance_table(df: pd.DataFrame) -> Table:
     """Where each run came from: commit, start time and models, as the manifests say."""
     rows = tuple(
@@ -221,12 +323,19 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     title = f"hybridbench leaderboard: {Path(results_dir).resolve().name}"
     md, body = [f"# {title}", ""], [f"<h1>{html.escape(title)}</h1>"]
-    for task, g in df.groupby("task", sort=True):
+    cache: dict = {}
+    for task, g_all in df.groupby("task", sort=True):
+        moved = g_all["transfer"].fillna(False).astype(bool) if "transfer" in g_all else None
+        g = g_all[~moved] if moved is not None else g_all
         routers = router_metrics(g)
         heading = f"Task {task} (metric {g['metric'].iloc[0]}, split {g['split'].iloc[0]})"
         md += [f"## {heading}", ""]
         body.append(f"<h2>{html.escape(heading)}</h2>")
-        for t in (runs_table(g, routers), routers_table(routers), provenance_table(g)):
+        tables = [runs_table(g, routers), routers_table(routers), paired_table(g, cache)]
+        tables.append(speed_table(g, routers, cache))
+        if moved is not None and moved.any():
+            tables.append(transfer_table(g_all[moved]))
+        for t in (*tables, provenance_table(g_all)):
             md += [f"### {t.title}", "", _md_table(t), ""]
             body += [f"<h3>{html.escape(t.title)}</h3>", _html_table(t)]
         md += ["### Plots", ""]

@@ -101,6 +101,7 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict:
     row = {**summary}
     row.update(
         run=name,
+        path=str(run_dir),
         task=manifest.get("task", summary.get("task", "")),
         router=manifest.get("router", summary.get("router", "")),
         setting=setting_label(args),

@@ -116,3 +116,49 @@ def test_published_leaderboard_is_what_report_writes_from_its_runs(task, tmp_pat
     fresh = (tmp_path / "report" / "leaderboard.md").read_text()
     assert fresh == (src / "report" / "leaderboard.md").read_text()
     assert "| large | — | 10 |" in fresh  # the real sweep, not an empty table
+
+
+def test_paired_speed_and_transfer_tables(results, tmp_path):
+    """Each router row is paired with the control run at the nearest large-token share (the
+    difference is `metrics.paired_difference` of the two runs); a run of a router trained on
+    another task moves to the transfer table; modeled speed is the cost model's."""
+    import shutil
+
+    from harness import metrics
+    from harness.costmodel import PROFILES, modeled_latency
+    from reports.leaderboard import paired_table, speed_table, transfer_table
+
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    moved = copy / "reward_threshold1" / "summary.json"
+    summary = json.loads(moved.read_text())
+    moved.write_text(json.dumps({**summary, "transfer": True, "router_trained_on": "mbpp"}))
+    df = load_runs(copy)
+    cache: dict = {}
+    paired = paired_table(df, cache)
+    rows = {(r[0], r[1]): r for r in paired.rows}
+    randoms = df[df["router"] == "random"]
+    for _, r in df[df["router"].isin(["reward", "speculative"])].iterrows():
+        row = rows[(r["router"], r["setting"] or "—")]
+        nearest = randoms.loc[
+            (randoms["large_token_share"] - r["large_token_share"]).abs().idxmin()
+        ]
+        d = metrics.paired_difference(
+            read_records(r["path"]), read_records(nearest["path"]), r["metric"]
+        )
+        assert row[3] == f"random {nearest['setting']}" and row[5] == str(d["n"]) and d["n"] > 0
+        assert row[6].startswith(f"{d['diff']:+.3f} [")
+        assert row[7] in ("better", "worse", "no difference")
+    speed = speed_table(df, df.iloc[:0][["router"]], cache)
+    small = next(r for r in speed.rows if r[0] == "small")
+    run = df[df["router"] == "small"].iloc[0]
+    manifest = json.loads((Path(run["path"]) / "manifest.json").read_text())
+    want = modeled_latency(read_records(run["path"]), manifest, PROFILES["h100"])
+    assert small[-1] == f"{want['modeled_tok_per_s']:.1f}"
+    write_report(copy, tmp_path / "report")
+    md = (tmp_path / "report" / "leaderboard.md").read_text()
+    runs_section = md.split("### Runs")[1].split("### Routers")[0]
+    assert "threshold=1 " not in runs_section.replace("|", " ")  # moved out of the runs table
+    transfer = md.split("### Transfer: routers trained on another task")[1]
+    assert "| reward | threshold=1 | mbpp |" in transfer
+    assert transfer_table(df[df["run"] == "reward_threshold1"]).rows[0][2] == "mbpp"
