@@ -37,13 +37,16 @@ both() { # TASK TOTAL CHUNK [run args...]: small and large in step, CHUNK exampl
     done
 }
 
-# gsm8k and mbpp decode one example at a time (--batch 1): the reference check compares them
-# token for token with llama.cpp's own unbatched completion, and batched llama.cpp rows round
-# differently (README, "Batched evaluation"); the other tasks batch (--batch auto).
+# gsm8k's and mbpp's first 100 examples decode one at a time (--batch 1): the reference check
+# compares them token for token with llama.cpp's own unbatched completion, and batched llama.cpp
+# rows round differently (README, "Batched evaluation"). Examples 101-200 and the other tasks
+# batch (--batch auto); the manifest records each session's batch size.
 run gsm8k small 20 --batch 1 # the pilot that set gsm8k's budget (docs/issue11-results.md)
 run gsm8k large 20 --batch 1
-both gsm8k 200 50 --batch 1
-both mbpp 200 50 --batch 1
+both gsm8k 100 50 --batch 1
+both mbpp 100 50 --batch 1
+both gsm8k 200 100
+both mbpp 200 100
 both humaneval 85 85
 both mmlu 228 76 --task-arg per_subject=4
 both math500 50 25
