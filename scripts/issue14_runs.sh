@@ -1,0 +1,94 @@
+#!/bin/bash
+# Issue 14: the leaderboard's second edition, on the real pair (llama.cpp, batched), resumable:
+# every step is a resumable command under the heavy lock; after an interruption run this again.
+#
+#   nohup bash scripts/issue14_runs.sh >> /work/logs/issue14-runs.log 2>&1 &
+#   hybridbench report runs/edition2/gsm8k                          # the leaderboard so far
+#
+# Rows, per task, on the same first N test examples (gsm8k 200, mbpp 200, humaneval all 85):
+#   controls   oracle, speculative (k=4, and adaptive k); small and large are issue 11's runs
+#              (runs/validity/<task>-{small,large}: same prompts, budgets and examples), copied in
+#              before `report` (scripts/issue14_runs.sh --collect)
+#   token      random p, entropy, confidence (calibrated on calib), reward, citer (issue 13's
+#              routers, when their checkpoints exist) at target shares 0.1, 0.2, 0.35
+#   query      query (issue 13), random_query at prompt shares 0.1, 0.2, 0.35
+# Thresholds come from calib (`hybridbench calibrate` over small's calib answers), never by hand.
+set -uo pipefail
+LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
+OUT=${OUT:-runs/edition2}
+TRAINED=${TRAINED:-runs/train13}
+THREADS=${THREADS:-2}
+TARGETS=0.1,0.2,0.35
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
+MODELS=(--backend llama.cpp --threads "$THREADS" --batch auto)
+
+step() {
+    echo "== $(date -u +%H:%M:%S) $*"
+    flock "$LOCK" "$@"
+    local rc=$?
+    [ $rc -eq 0 ] || echo "!! exited $rc: $*"
+}
+
+if [ "${1:-}" = "--collect" ]; then # copy issue 11's small/large runs in as the reference rows
+    for task in gsm8k mbpp humaneval; do
+        for r in small large; do
+            [ -d "runs/validity/$task-$r" ] && rsync -a "runs/validity/$task-$r/" "$OUT/$task/${r}__default/"
+        done
+    done
+    exit 0
+fi
+
+matched_shares() { # FOLDER: realized shares of token routers that no random run matches
+    python - "$1" <<'PY'
+import sys
+from reports.load import load_runs
+df = load_runs(sys.argv[1])
+rand = list(df[df.router == "random"].large_token_share)
+for s in df[df.router.isin(["entropy", "confidence", "reward", "citer"])].large_token_share:
+    if all(abs(s - r) > 0.02 for r in rand):
+        rand.append(s)
+        print(round(float(s), 3))
+PY
+}
+
+limit_of() { case $1 in humaneval) echo 85 ;; *) echo 200 ;; esac; }
+
+for task in gsm8k mbpp humaneval; do
+    n=$(limit_of $task)
+    cal="$OUT/calibration/$task"
+    # small's greedy answers on calib, scored by each threshold router
+    step hybridbench run --task $task --router small --split calib --limit 1000 "${MODELS[@]}" \
+        --out "$cal/small-calib"
+    for r in entropy confidence; do
+        [ -f "$cal/$r.json" ] || step hybridbench calibrate --router $r --task $task --limit 1000 \
+            --records "$cal/small-calib/records.jsonl" "${MODELS[@]}" --out "$cal/$r.json"
+    done
+    args=(--router-arg "entropy:calibration=$cal/entropy.json"
+          --router-arg "confidence:calibration=$cal/confidence.json")
+    routers=oracle,speculative,random,entropy,confidence,random_query
+    if [ -f "$TRAINED/reward/reward.pt" ]; then
+        [ -f "$cal/reward.json" ] || step hybridbench calibrate --router reward \
+            --checkpoint "$TRAINED/reward/reward.pt" --task $task --limit 1000 \
+            --records "$cal/small-calib/records.jsonl" "${MODELS[@]}" --out "$cal/reward.json"
+        routers+=,reward
+        args+=(--router-arg "reward:checkpoint=$TRAINED/reward/reward.pt"
+               --router-arg "reward:calibration=$cal/reward.json")
+    fi
+    for r in citer query; do # issue 13 trains them on gsm8k and mbpp; humaneval runs them as transfer
+        src=$task; [ $task = humaneval ] && src=mbpp
+        ck="$TRAINED/$r-$src/$r.pt"; [ $r = citer ] && ck="$TRAINED/citer-ref-$src/citer.pt"
+        [ -f "$ck" ] && routers+=,$r && args+=(--router-arg "$r:path=$ck")
+    done
+    step hybridbench sweep --task $task --split test --limit $n --routers $routers \
+        --targets $TARGETS "${args[@]}" "${MODELS[@]}" --out "$OUT/$task"
+    step hybridbench sweep --task $task --split test --limit $n --routers speculative \
+        --router-arg speculative:adaptive=true "${MODELS[@]}" --out "$OUT/$task"
+    # random at each share a token router realized with no random run within 2 points of it,
+    # so that every paired comparison in the report is at a matched share
+    for p in $(matched_shares "$OUT/$task"); do
+        step hybridbench sweep --task $task --split test --limit $n --routers random \
+            --router-arg random:p=$p "${MODELS[@]}" --out "$OUT/$task"
+    done
+done
+echo "== $(date -u +%H:%M:%S) done"
