@@ -26,22 +26,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def start_server(binary: str, gguf: str, threads: int, log: Path):
+def start_server(binary: str, gguf: str, threads: int, log: Path, args=("--poll", "0"), n_ctx=4096):
+    """Start `llama-server -m gguf` on a free local port with `args` added (default: no busy-wait,
+    since torch shares the cores); (process, port) once /health answers."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "-c", "4096"]
-    cmd += [
-        "-np",
-        "1",
-        "-t",
-        str(threads),
-        "--poll",
-        "0",
-        "--no-warmup",
-    ]  # no busy-wait: torch shares the cores
+    cmd = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "-c", str(n_ctx)]
+    cmd += ["-np", "1", "-t", str(threads), "--no-warmup", *args]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -36,41 +34,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scripts.remote_check import start_server  # noqa: E402
+
 SERVERS = {"server": None, "server-md3": 3, "server-md8": 8}
 OURS = {
     "large": ("large", {}),
     "spec-k3": ("speculative", {"k": 3}),
     "spec-adaptive": ("speculative", {"adaptive": True}),
 }
-
-
-def start_server(
-    binary: str,
-    large: str,
-    small: str | None,
-    draft: int | None,
-    threads: int,
-    n_ctx: int,
-    log: Path,
-):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [binary, "-m", large, "--host", "127.0.0.1", "--port", str(port), "-c", str(n_ctx)]
-    cmd += ["-np", "1", "-t", str(threads), "--no-warmup"]
-    if draft:
-        cmd += ["-md", small, "--spec-draft-n-max", str(draft)]
-    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, port
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise SystemExit(f"llama-server did not start: see {log}")
 
 
 def server_complete(port: int, ids: list[int], n: int) -> dict:
@@ -144,14 +115,10 @@ def main(argv=None) -> int:
     servers = {}
     try:
         for name, draft in SERVERS.items():
+            extra = ["-md", small_gguf, "--spec-draft-n-max", str(draft)] if draft else []
+            log = out / f"{name}.log"
             servers[name] = start_server(
-                args.server,
-                large_gguf,
-                small_gguf,
-                draft,
-                args.threads,
-                args.n_ctx,
-                out / f"{name}.log",
+                args.server, large_gguf, args.threads, log, extra, args.n_ctx
             )
         rows = []
         for n, ex in enumerate(examples):
