@@ -353,6 +353,9 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     metrics = json.loads((model / "metrics.json").read_text())
     assert metrics["n_pairs"]["train"] > 0 and metrics["n_pairs"]["heldout"] > 0
     assert metrics["final"]["train"]["loss"] < metrics["untrained"]["train"]["loss"]
+    by_task = metrics["heldout_by_task"]  # the held-out pairs, split by their prompt's task
+    assert sum(v["n"] for v in by_task.values()) == metrics["n_pairs"]["heldout"]
+    assert set(by_task) <= {"gsm8k", "commonsense_qa"} and metrics["seconds"]["training"] >= 0
     assert main(train) == 0  # resumes from train_state.pt at the last epoch: same head
     ck = str(model / "reward.pt")
 

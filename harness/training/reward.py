@@ -216,6 +216,16 @@ def _copy(opt) -> dict:
     return copy.deepcopy(opt.state_dict())
 
 
+def by_task(w: torch.Tensor, pairs: Pairs) -> dict:
+    """Loss and preference accuracy per task (a prompt id's first part: "gsm8k/test/12")."""
+    tasks = [p.split("/")[0] for p in pairs.prompt]
+    return {
+        t: {k: evaluate(w, pairs.select(torch.tensor([x == t for x in tasks])))[k]
+            for k in ("n", "loss", "acc")}
+        for t in sorted(set(tasks))
+    }  # fmt: skip
+
+
 def by_length(w: torch.Tensor, pairs: Pairs, edges=(1, 2, 5, 17, 10**9)) -> dict:
     """Preference accuracy per chunk-length bucket [edges[i], edges[i+1])."""
     out = {}
@@ -251,13 +261,17 @@ def configure_train_reward(p) -> None:
 
 
 def run_train_reward(args) -> int:
+    import time
+
     from routers.reward import build_reward_model, save_checkpoint
 
     records, source, key = _inputs(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
     model = build_reward_model(source, args.layers, args.dtype)
     pairs, ties = _features(model, records, key, out / "features.pt")
+    t_features = time.perf_counter() - t0
     train, test = heldout_split(pairs, args.holdout, args.seed)
     cfg = TrainConfig(args.epochs, args.lr, args.l2 or 0.0, args.batch_size, args.seed)
     cv = {}
@@ -277,7 +291,12 @@ def run_train_reward(args) -> int:
         "heldout_prompts": len(set(test.prompt)),
         "untrained": {"train": evaluate(0 * w, train), "heldout": evaluate(0 * w, test)},
         "final": {"train": evaluate(w, train), "heldout": evaluate(w, test)},
+        "heldout_by_task": by_task(w, test),
         "heldout_by_length": by_length(w, test),
+        "seconds": {  # this invocation on this machine (cached features load in seconds)
+            "features": round(t_features, 1),
+            "training": round(time.perf_counter() - t0 - t_features, 1),
+        },
         "score_std": float(torch.cat([pairs.chosen @ w, pairs.rejected @ w]).std()),
         "l2_cv_loss": {str(k): v for k, v in cv.items()},
         **key,
@@ -292,7 +311,11 @@ def run_train_reward(args) -> int:
         f"accuracy {f['heldout']['acc']:.3f} (train loss {f['train']['loss']:.4f}, "
         f"accuracy {f['train']['acc']:.3f})\n"
         f"  held-out mean reward: chosen {f['heldout']['chosen_mean']:.3f}, "
-        f"rejected {f['heldout']['rejected_mean']:.3f}"
+        f"rejected {f['heldout']['rejected_mean']:.3f}\n"
+        "  held-out accuracy by task: "
+        + ", ".join(
+            f"{t} {v['acc']:.3f} (n={v['n']})" for t, v in metrics["heldout_by_task"].items()
+        )
     )
     return 0
 
