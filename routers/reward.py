@@ -215,8 +215,9 @@ def load_reward_backend(
 
 class LlamaCppRewardBackend:
     """The reward model on llama.cpp: its backbone's layers as a truncated GGUF
-    (`harness.models.truncated_gguf`; llama.cpp returns their normed hidden states) and the
-    checkpoint's head applied here. Only for head-only checkpoints (a trained backbone's weights
+    (`harness.models.truncated_gguf`; llama.cpp returns their normed hidden states, and stops
+    computing there: `LlamaCppBackend(embeddings_only=True)`) and the checkpoint's head applied
+    here. Only for head-only checkpoints (a trained backbone's weights
     are not in the GGUF). Scores match the transformers reward model up to llama.cpp's quantized
     numerics (`scripts/reward_backbone_check.py`). Batches like any llama.cpp model."""
 
@@ -280,8 +281,10 @@ def load_llamacpp_reward_backend(
     if refusal:
         raise UserError(refusal)
     gguf = models.truncated_gguf(ck["backbone"], ck["n_layers"])
-    info = gguf_info(gguf, "reward", str(path), file_sha256(path))
-    inner = LlamaCppBackend(gguf, info, threads=threads, n_ctx=n_ctx, n_seq=n_seq)
+    info = gguf_info(gguf, "reward", str(path), file_sha256(path), embeddings_only=True)
+    inner = LlamaCppBackend(
+        gguf, info, threads=threads, n_ctx=n_ctx, n_seq=n_seq, embeddings_only=True
+    )
     return LlamaCppRewardBackend(inner, ck["head"], replace(info, source=str(path)))
 
 

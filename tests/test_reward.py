@@ -447,6 +447,21 @@ def test_llamacpp_reward_backbone_matches_transformers(tmp_path, monkeypatch):
     want = torch.tensor(token_scores(model, [], PROMPT))
     got = rb.forward(PROMPT, len(PROMPT))[0][:, 0]
     torch.testing.assert_close(got, want, atol=0.02, rtol=0)
+    # the graph stopped at the final norm: the vocabulary projection was never computed, and the
+    # hidden states are bit for bit those of the same GGUF computed to the end
+    from harness import models
+    from harness.backends.llamacpp import LlamaCppBackend
+
+    assert rb.inner.stops > 0 and rb.inner.forward(PROMPT[:3], 1, True)[0].shape == (1, 0)
+    rb.inner.crop(0)
+    trunc = models.truncated_gguf(str(gguf), 2)
+    full = LlamaCppBackend(trunc, rb.info, threads=1, n_ctx=512)
+    h_full = full.forward(PROMPT, len(PROMPT), hidden=True)[1]
+    assert full.stops == 0 and torch.equal(rb.forward(PROMPT, len(PROMPT), True)[1], h_full)
+    from harness.backends.llamacpp import gguf_info
+
+    everything = gguf_info(trunc, "reward", "x").weight_bytes
+    assert rb.info.weight_bytes < everything  # output.weight is not read
     rb.crop(5)  # incremental after a crop equals the full pass
     torch.testing.assert_close(rb.forward(PROMPT[5:], 3)[0][:, 0], got[-3:], atol=1e-4, rtol=0)
     # beside a llama.cpp small model it is the backend the router gets, and it batches

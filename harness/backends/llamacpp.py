@@ -71,8 +71,12 @@ def library_version() -> str:
     return getattr(_lib(), "__version__", "?")
 
 
-def gguf_info(path: Path, role: str, source: str, sha256: str = "") -> ModelInfo:
-    """Sizes of a GGUF file from its header: what the cost model and the manifest need."""
+def gguf_info(
+    path: Path, role: str, source: str, sha256: str = "", embeddings_only: bool = False
+) -> ModelInfo:
+    """Sizes of a GGUF file from its header: what the cost model and the manifest need.
+    `embeddings_only`: the vocabulary projection is never computed (`LlamaCppBackend`), so its
+    weights are not counted as read."""
     from gguf import GGUFReader
 
     try:
@@ -91,7 +95,8 @@ def gguf_info(path: Path, role: str, source: str, sha256: str = "") -> ModelInfo
     head_dim = int(field(f"{arch}.attention.key_length", 0)) or int(
         field(f"{arch}.embedding_length", 0)
     ) // max(heads, 1)
-    read = [t for t in reader.tensors if t.name != "token_embd.weight"]
+    skip = {"token_embd.weight"} | ({"output.weight"} if embeddings_only else set())
+    read = [t for t in reader.tensors if t.name not in skip]
     return ModelInfo(
         name=role,
         source=source,
@@ -109,6 +114,33 @@ def quantization(reader) -> str:
     """Tensor types by count, most common first: 'Q5_0 x133, F32 x121, ...'."""
     counts = Counter(t.tensor_type.name for t in reader.tensors)
     return ", ".join(f"{name} x{n}" for name, n in counts.most_common())
+
+
+class _GgmlTensor(ctypes.Structure):
+    """The head of `struct ggml_tensor` up to its name, as ggml.h of llama-cpp-python 0.3.36
+    declares it (GGML_MAX_DIMS 4, GGML_MAX_OP_PARAMS 64, GGML_MAX_SRC 10, GGML_MAX_NAME 64): only
+    `name`'s offset is used, to recognise a graph node in the scheduler's eval callback."""
+
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * 4),
+        ("nb", ctypes.c_size_t * 4),
+        ("op", ctypes.c_int),
+        ("op_params", ctypes.c_int32 * 16),
+        ("flags", ctypes.c_int32),
+        ("src", ctypes.c_void_p * 10),
+        ("view_src", ctypes.c_void_p),
+        ("view_offs", ctypes.c_size_t),
+        ("data", ctypes.c_void_p),
+        ("name", ctypes.c_char * 64),
+    ]
+
+
+NAME_OFFSET = _GgmlTensor.name.offset
+# llama.cpp's names for the final norm's output (t_embd): "result_norm", renamed
+# "result_embd_pooled" when the context outputs embeddings (pooling none: the same tensor)
+EMBEDDING_NODES = (b"result_norm\0", b"result_embd_pooled\0")
 
 
 class LlamaCppSequence:
@@ -157,7 +189,12 @@ class LlamaCppBackend(LlamaCppSequence):
         n_ctx: int | None = None,
         n_batch: int = DEFAULT_N_BATCH,
         n_seq: int = 1,
+        embeddings_only: bool = False,
     ):
+        """`embeddings_only`: the caller reads hidden states only (a reward backbone). Graph
+        computation then stops at the final norm (llama.cpp's embeddings output, EMBEDDING_NODES)
+        through the scheduler's eval callback, so the vocabulary projection after it is never
+        computed or read, and forward returns logits of width 0."""
         lib = _lib()
         n_ctx, n_seq = n_ctx or DEFAULT_N_CTX, max(1, int(n_seq))
         self.lib, self.path, self.threads = lib, Path(path), max(1, int(threads))
@@ -174,6 +211,10 @@ class LlamaCppBackend(LlamaCppSequence):
         cparams.n_seq_max, cparams.kv_unified = n_seq, False  # one KV stream per sequence
         cparams.n_threads = cparams.n_threads_batch = self.threads
         cparams.embeddings = False
+        self.embeddings_only, self.stops = embeddings_only, 0
+        if embeddings_only:  # kept referenced: llama.cpp calls it for as long as the context lives
+            self._stop_at_norm = lib.ggml_backend_sched_eval_callback(self._stop_at_embeddings)
+            cparams.cb_eval, cparams.cb_eval_user_data = self._stop_at_norm, None
         self.ctx = lib.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise UserError(
@@ -188,6 +229,18 @@ class LlamaCppBackend(LlamaCppSequence):
         self.batch = lib.llama_batch_init(n_batch, 0, 1)
         self.embeddings = False
         self._sequences = [self] + [LlamaCppSequence(self, i) for i in range(1, n_seq)]
+
+    def _stop_at_embeddings(self, tensor, ask, _user_data) -> bool:
+        """The scheduler's eval callback: asks to observe only the embeddings output; once it is
+        computed, returning False ends the graph there (ggml-backend.h: "the scheduler will
+        cancel the graph compute")."""
+        name = ctypes.string_at(tensor + NAME_OFFSET, 20)
+        if not name.startswith(EMBEDDING_NODES):
+            return False
+        if ask:
+            return True
+        self.stops += 1
+        return False
 
     def __getattr__(self, name: str):  # the owner has no one to defer to
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -245,9 +298,15 @@ class LlamaCppBackend(LlamaCppSequence):
             rc = self.lib.llama_decode(self.ctx, b)
             if rc != 0:
                 raise RuntimeError(f"llama_decode failed with status {rc} ({self.path.name})")
+            if self.embeddings_only and not self.stops:
+                raise RuntimeError(
+                    f"{self.path.name}: llama.cpp's graph has no embeddings node to stop at "
+                    f"{EMBEDDING_NODES}; load it without embeddings_only"
+                )
+            width = 0 if self.embeddings_only else self.n_vocab
             for i, (j, _, _, out) in enumerate(chunk):
                 if out:
-                    logits[j].append(self._row(self.lib.llama_get_logits_ith, i, self.n_vocab))
+                    logits[j].append(self._row(self.lib.llama_get_logits_ith, i, width))
                     if hidden:
                         states[j].append(
                             self._row(self.lib.llama_get_embeddings_ith, i, self.n_embd)
@@ -258,6 +317,8 @@ class LlamaCppBackend(LlamaCppSequence):
             results[where[j]] = (torch.from_numpy(np.stack(logits[j])), h)
 
     def _row(self, getter, j: int, width: int) -> np.ndarray:
+        if not width:
+            return np.zeros(0, dtype=np.float32)
         ptr = getter(self.ctx, j)
         if not ptr:
             raise RuntimeError(f"llama.cpp returned no output for batch row {j}")
