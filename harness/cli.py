@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from harness.errors import UserError
 
@@ -63,6 +64,11 @@ COMMANDS = {
 }
 
 
+# Commands whose cost (wall time, tokens generated) goes to their output folder's cost.jsonl
+TRAINING = ("reward-data", "train-reward", "train-citer", "train-query", "calibrate",
+            "calibrate-reward")  # fmt: skip
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """Every command is listed; only the one named in argv imports its module (fast start-up)."""
     parser = argparse.ArgumentParser(prog="hybridbench", description=__doc__.split("\n")[0])
@@ -93,7 +99,14 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(sorted(TASKS)))
             return 0
         module, prefix = args._run
-        return getattr(importlib.import_module(module), f"run_{prefix}")(args) or 0
+        run = getattr(importlib.import_module(module), f"run_{prefix}")
+        if args.command not in TRAINING:
+            return run(args) or 0
+        from harness.training.common import cost_log
+
+        out = Path(args.out)  # a folder, or the calibration file written into one
+        with cost_log(out if out.suffix != ".json" else out.parent, argv):
+            return run(args) or 0
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

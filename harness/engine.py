@@ -17,6 +17,8 @@ from harness.core import DecodeConfig, generate, generate_many
 from harness.errors import UserError
 from harness.records import Generation
 
+GENERATED = [0]  # tokens emitted by every Engine generation in this process (training cost logs)
+
 
 class Engine:
     """Backends by role ("small", "large", optionally "reward") and their shared tokenizer."""
@@ -86,13 +88,18 @@ class Engine:
 
     def generate(self, router, prompt_ids: list[int], cfg: DecodeConfig) -> Generation:
         cfg = replace(cfg, eos_ids=cfg.eos_ids or self.eos_ids)
-        return generate(self.backends, router, prompt_ids, cfg, self.decode)
+        gen = generate(self.backends, router, prompt_ids, cfg, self.decode)
+        GENERATED[0] += len(gen.token_ids)
+        return gen
 
     def generate_many(self, router, jobs, batch: int | None = None):
         """`harness.core.generate_many` over `batch` slots (default `self.batch`): yields
         (job, Generation | exception) as each finishes. Jobs are `Job(key, prompt_ids, cfg)`."""
         jobs = (replace(j, cfg=replace(j.cfg, eos_ids=j.cfg.eos_ids or self.eos_ids)) for j in jobs)
-        return generate_many(self.slots(batch or self.batch), router, jobs, self.decode)
+        for job, gen in generate_many(self.slots(batch or self.batch), router, jobs, self.decode):
+            if not isinstance(gen, BaseException):
+                GENERATED[0] += len(gen.token_ids)
+            yield job, gen
 
     def generate_each(self, router, jobs, desc: str, unit: str = "ex", disable: bool = False):
         """(job, Generation) for every job, `self.batch` at a time, as each finishes, with a

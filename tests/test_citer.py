@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -233,6 +234,22 @@ def test_citer_share_recalibrates_tau(tmp_path):
     assert Citer.sweep_settings([0.1, 0.35]) == [{"share": 0.1}, {"share": 0.35}]
 
 
+def test_cost_log_records_failures_too(tmp_path):
+    from harness import engine
+    from harness.training.common import cost_log, total_cost
+
+    with pytest.raises(RuntimeError), cost_log(tmp_path, ["train-x"]):
+        engine.GENERATED[0] += 7
+        raise RuntimeError("boom")
+    with cost_log(tmp_path, ["train-x"]):
+        engine.GENERATED[0] += 5
+    rows = [json.loads(x) for x in (tmp_path / "cost.jsonl").read_text().splitlines()]
+    assert [(r["status"], r["tokens_generated"]) for r in rows] == [("failed", 7), ("done", 5)]
+    assert (
+        total_cost(tmp_path)["tokens_generated"] == 12 and total_cost(tmp_path)["invocations"] == 2
+    )
+
+
 def test_mlp_training_learns_a_separable_signal():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(800, 16, generator=g)
@@ -300,6 +317,8 @@ def test_train_citer_cli_end_to_end(tmp_path):
         assert (out / f).exists(), f
     ckpt = torch.load(out / "citer.pt", weights_only=True)
     assert ckpt["round"] == 2 and len(ckpt["train_ids"]) == 3 and 0 < ckpt["threshold"] < 1
+    (cost,) = [json.loads(x) for x in (out / "cost.jsonl").read_text().splitlines()]
+    assert cost["status"] == "done" and cost["tokens_generated"] > 0 and cost["wall_s"] > 0
     run = ["run", "--task", "gsm8k", "--router", "citer", "--router-arg", f"path={out}/citer.pt"]
     run += ["--limit", "1", "--max-new-tokens", "4", *models]
     assert main([*run, "--split", "train", "--out", str(tmp_path / "r1")]) == 2

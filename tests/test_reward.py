@@ -329,6 +329,14 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     assert main(argv) == 0  # resume: a half-written line is dropped, the 2 missing redone
     again = [json.loads(x) for x in (data / "pairs.jsonl").read_text().splitlines()]
     assert again == rows
+    # each invocation logged its cost: the tokens it generated (all 6 prompts, then the 2 redone)
+    from harness.training.common import total_cost
+
+    cost = [json.loads(x) for x in (data / "cost.jsonl").read_text().splitlines()]
+    made = [len(r["small"]["ids"]) + len(r["large"]["ids"]) for r in rows]
+    assert [c["tokens_generated"] for c in cost] == [sum(made), sum(made[4:])]
+    assert [c["status"] for c in cost] == ["done", "done"] and cost[0]["argv"] == argv
+    assert total_cost(data)["tokens_generated"] == sum(made) + sum(made[4:])
 
     train = [
         "train-reward",

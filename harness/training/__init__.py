@@ -7,7 +7,8 @@
     query.py        `hybridbench train-query`: the query-level router
 
 What they share lives in `common.py` (the train/calib split-and-check, the provenance every
-checkpoint records) and in `Engine.generate_each` (decoding many prompts, batched by `--batch`,
+checkpoint records, `cost.jsonl`: each invocation's wall time and tokens generated, written by
+the CLI for every training command) and in `Engine.generate_each` (decoding many prompts, batched by `--batch`,
 with a progress bar).
 Training data come from a task's `train` split only, thresholds from `calib`; the runner refuses
 to evaluate a router on the ids it was trained or calibrated on.

@@ -1,8 +1,57 @@
-"""What the training pipelines share: splits, batched decoding with progress, provenance."""
+"""What the training pipelines share: splits, batched decoding with progress, provenance, and
+the log of what each training command cost."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
+from pathlib import Path
+
 from harness.errors import UserError
+
+COST_LOG = "cost.jsonl"  # one line per invocation of a training command, in its output folder
+
+
+@contextlib.contextmanager
+def cost_log(folder, argv: list[str]):
+    """Append what one invocation of a training command (`argv`) cost to FOLDER/cost.jsonl when
+    it ends (also after an error or an interruption: the line's status says so): wall seconds,
+    model loading included, and the tokens every Engine generation in this process emitted. A
+    resumed command adds a line; what a router cost is the sum of its lines (`total_cost`)."""
+    from harness import engine
+
+    rec = {"argv": list(argv), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    t0, g0, status = time.monotonic(), engine.GENERATED[0], "interrupted"
+    try:
+        yield rec
+        status = "done"
+    except Exception:
+        status = "failed"
+        raise
+    finally:
+        rec.update(
+            status=status,
+            wall_s=round(time.monotonic() - t0, 1),
+            tokens_generated=engine.GENERATED[0] - g0,
+        )
+        path = Path(folder) / COST_LOG
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+def total_cost(out) -> dict:
+    """The sum of OUT/cost.jsonl's lines: {"wall_s", "tokens_generated", "invocations"}."""
+    path = Path(out) / COST_LOG
+    rows = (
+        [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    )
+    return {
+        "wall_s": round(sum(r["wall_s"] for r in rows), 1),
+        "tokens_generated": sum(r["tokens_generated"] for r in rows),
+        "invocations": len(rows),
+    }
 
 
 def train_calib(
