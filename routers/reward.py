@@ -4,7 +4,8 @@ A small reward model scores every token small proposes; a token scoring at or ab
 is accepted, otherwise it is discarded and large generates that token. This module holds
 
   RewardModel     a transformer backbone sharing the pair's tokenizer, its unembedding removed,
-                  plus a bias-free linear head: one scalar per token position (section 2.1)
+                  plus a head: one scalar per token position (section 2.1); the head is the
+                  paper's bias-free linear layer, or a small MLP (`head="mlp"`, see HEADS)
   RewardBackend   the `harness.backends.Backend` the core calls under role "reward": it feeds the
                   drafted tokens into the reward model's own KV cache (never re-reading the
                   prefix) and returns [n_rows, 1] scores; its forwards are recorded and costed
@@ -44,21 +45,50 @@ FORMAT = "hybridbench-reward/1"  # checkpoint format tag
 DEFAULT_LAYERS = 6  # backbone depth: the first 6 of small's 24 layers
 
 
+HEADS = ("linear", "mlp")  # reward heads: the paper's linear layer; H -> MLP_WIDTH -> GELU -> 1
+MLP_WIDTH = 256
+
+
+def make_head(size: int, kind: str = "linear") -> torch.nn.Module:
+    """An untrained head [N, H] -> [N, 1] in float32; the linear one scores every token 0."""
+    if kind == "linear":
+        head = torch.nn.Linear(size, 1, bias=False)
+        torch.nn.init.zeros_(head.weight)
+        return head
+    if kind == "mlp":
+        return torch.nn.Sequential(
+            torch.nn.Linear(size, MLP_WIDTH), torch.nn.GELU(), torch.nn.Linear(MLP_WIDTH, 1)
+        )
+    raise UserError(f"reward head must be one of {', '.join(HEADS)}, got {kind!r}")
+
+
+def head_from_checkpoint(ck: dict, size: int) -> torch.nn.Module:
+    """The trained head of a checkpoint (older ones hold only a linear head's weight)."""
+    kind = ck.get("head_kind", "linear")
+    head = make_head(size, kind)
+    with torch.no_grad():
+        if "head_state" in ck:
+            head.load_state_dict(ck["head_state"])
+        else:
+            head.weight.copy_(ck["head"].reshape(1, -1))
+    return head.eval()
+
+
 class RewardModel(torch.nn.Module):
-    """Backbone (a base transformer: no unembedding) + linear head -> one score per token.
+    """Backbone (a base transformer: no unembedding) + head -> one score per token.
 
     `forward(ids [B, T], past)` returns (scores [B, T] float32, hidden [B, T, H], past).
     The score at position t reads only tokens <= t (causal attention), so scoring a sequence
     incrementally through a KV cache gives the same numbers as one full pass.
     """
 
-    def __init__(self, backbone: torch.nn.Module):
+    def __init__(self, backbone: torch.nn.Module, head: str = "linear"):
         super().__init__()
         self.backbone = backbone
         device = next(backbone.parameters()).device
         size = backbone.config.get_text_config().hidden_size
-        self.head = torch.nn.Linear(size, 1, bias=False, device=device, dtype=torch.float32)
-        torch.nn.init.zeros_(self.head.weight)  # an untrained model scores every token 0
+        self.head_kind = head
+        self.head = make_head(size, head).to(device)
 
     def forward(self, input_ids: torch.Tensor, past_key_values=None):
         out = self.backbone(
@@ -121,10 +151,14 @@ def load_backbone(source: str, n_layers: int, dtype: str = "bfloat16", device: s
 
 
 def build_reward_model(
-    source: str, n_layers: int = DEFAULT_LAYERS, dtype: str = "bfloat16", device: str = "cpu"
+    source: str,
+    n_layers: int = DEFAULT_LAYERS,
+    dtype: str = "bfloat16",
+    device: str = "cpu",
+    head: str = "linear",
 ) -> RewardModel:
-    """An untrained reward model (head of zeros) on the first `n_layers` layers of `source`."""
-    return RewardModel(load_backbone(source, n_layers, dtype, device)).eval()
+    """An untrained reward model on the first `n_layers` layers of `source`."""
+    return RewardModel(load_backbone(source, n_layers, dtype, device), head).eval()
 
 
 def file_sha256(path: str | Path) -> str:
@@ -159,7 +193,13 @@ def save_checkpoint(path: str | Path, model: RewardModel, source: str, **extra) 
         "format": FORMAT,
         "backbone": source,
         "n_layers": model.config.get_text_config().num_hidden_layers,
-        "head": model.head.weight.detach().float().cpu().clone(),
+        "head_kind": model.head_kind,
+        "head_state": {
+            k: v.detach().float().cpu().clone() for k, v in model.head.state_dict().items()
+        },
+        "head": model.head.weight.detach().float().cpu().clone()
+        if model.head_kind == "linear"
+        else None,
         "trained": {k: v.detach().cpu().clone() for k, v in trained.items()},
         **extra,
     }
@@ -173,8 +213,10 @@ def load_reward_model(path: str | Path, dtype: str = "bfloat16", device: str = "
     """(RewardModel, checkpoint dict) from a checkpoint written by `save_checkpoint`."""
     ck = read_checkpoint(path)
     model = build_reward_model(ck["backbone"], ck["n_layers"], dtype, device)
+    size = model.config.get_text_config().hidden_size
+    model.head_kind = ck.get("head_kind", "linear")
+    model.head = head_from_checkpoint(ck, size).to(next(model.parameters()).device)
     with torch.no_grad():
-        model.head.weight.copy_(ck["head"])
         if ck["trained"]:
             params = dict(model.backbone.named_parameters())
             for name, value in ck["trained"].items():
@@ -221,8 +263,8 @@ class LlamaCppRewardBackend:
     are not in the GGUF). Scores match the transformers reward model up to llama.cpp's quantized
     numerics (`scripts/reward_backbone_check.py`). Batches like any llama.cpp model."""
 
-    def __init__(self, inner, head: torch.Tensor, info: ModelInfo, owner=None):
-        self.inner, self.head, self.info = inner, head.flatten().float(), info
+    def __init__(self, inner, head: torch.nn.Module, info: ModelInfo, owner=None):
+        self.inner, self.head, self.info = inner, head, info
         self.owner = owner or self
 
     @property
@@ -245,9 +287,12 @@ class LlamaCppRewardBackend:
         inner = [(c[0].inner, c[1], c[2], True) for c in calls]
         outs = self.inner.owner.forward_batch(inner)
         return [
-            ((h @ self.head)[:, None], h if c[3] else None)
-            for c, (_, h) in zip(calls, outs, strict=True)
+            (self._score(h), h if c[3] else None) for c, (_, h) in zip(calls, outs, strict=True)
         ]
+
+    @torch.inference_mode()
+    def _score(self, h: torch.Tensor) -> torch.Tensor:
+        return self.head(h.float()).reshape(-1, 1)
 
     def sequences(self, n: int) -> list:
         seqs = self.inner.sequences(n)
@@ -285,7 +330,8 @@ def load_llamacpp_reward_backend(
     inner = LlamaCppBackend(
         gguf, info, threads=threads, n_ctx=n_ctx, n_seq=n_seq, embeddings_only=True
     )
-    return LlamaCppRewardBackend(inner, ck["head"], replace(info, source=str(path)))
+    head = head_from_checkpoint(ck, inner.n_embd)
+    return LlamaCppRewardBackend(inner, head, replace(info, source=str(path)))
 
 
 def reward_backend_for(path: str | Path, engine):

@@ -12,6 +12,7 @@ import torch
 
 from harness.core import DecodeConfig, generate
 from harness.training.reward import (
+    Pairs,
     TrainConfig,
     evaluate,
     pair_features,
@@ -224,6 +225,43 @@ def test_training_resumes_to_the_same_head():
     torch.testing.assert_close(resumed["head"], full["head"])
 
 
+def xor_pairs(n: int = 400) -> Pairs:
+    """Preferences no linear head can fit: chosen when x0 * x1 > 0 (an XOR of two signs)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, 8, generator=g), torch.randn(n, 8, generator=g)
+    good_a = (a[:, 0] * a[:, 1] > 0) & (b[:, 0] * b[:, 1] < 0)
+    good_b = (b[:, 0] * b[:, 1] > 0) & (a[:, 0] * a[:, 1] < 0)
+    keep = good_a | good_b
+    chosen = torch.where(good_a[:, None], a, b)[keep]
+    rejected = torch.where(good_a[:, None], b, a)[keep]
+    k = len(chosen)
+    return Pairs(
+        chosen, rejected, torch.ones(k, dtype=torch.long), tuple(f"t/{i}" for i in range(k))
+    )
+
+
+def test_mlp_head_learns_what_a_linear_head_cannot_and_resumes():
+    from harness.training.reward import state_head
+
+    pairs = xor_pairs()
+    lin = train_head(pairs, TrainConfig(epochs=30, lr=1e-2, l2=0.0, batch_size=32))
+    cfg = TrainConfig(epochs=40, lr=1e-2, l2=0.0, batch_size=32, head="mlp")
+    saved = {}
+    mlp = train_head(pairs, cfg, on_epoch=lambda s: saved.setdefault(s["epoch"], s))
+    assert evaluate(lin["head"], pairs)["acc"] < 0.7 < 0.9 < evaluate(state_head(mlp), pairs)["acc"]
+    resumed = train_head(pairs, cfg, state=saved[20])
+    for k, v in mlp["head_state"].items():
+        torch.testing.assert_close(resumed["head_state"][k], v)
+    # the folded head reads raw features: the same scores as the net on standardized ones
+    from harness.training.reward import feature_scale
+    from routers.reward import make_head
+
+    net = make_head(8, "mlp")
+    net.load_state_dict(mlp["params"])
+    x = pairs.chosen[:5]
+    torch.testing.assert_close(state_head(mlp)(x), net(x / feature_scale(pairs)).detach())
+
+
 def test_l2_is_chosen_by_cross_validation_over_prompts():
     """On a separable set the weakest penalty predicts unseen prompts best."""
     pairs, _ = pair_features(tiny_reward(), toy_records())
@@ -366,6 +404,21 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     assert set(by_task) <= {"gsm8k", "commonsense_qa"} and metrics["seconds"]["training"] >= 0
     assert main(train) == 0  # resumes from train_state.pt at the last epoch: same head
     ck = str(model / "reward.pt")
+    # the MLP head on the same data and features: a checkpoint the transformers and llama.cpp
+    # reward backends both load, scoring alike
+    mlp = tmp_path / "model-mlp"
+    argv_mlp = [
+        *train[: train.index("--out")],
+        "--out",
+        str(mlp),
+        *train[train.index("--out") + 2 :],
+    ]
+    assert main([*argv_mlp, "--head", "mlp", "--epochs", "3", "--l2", "0.001"]) == 0
+    from routers.reward import load_reward_model
+
+    m, c = load_reward_model(mlp / "reward.pt", "float32")
+    assert c["head_kind"] == "mlp" and isinstance(m.head, torch.nn.Sequential)
+    assert json.loads((mlp / "metrics.json").read_text())["config"]["head"] == "mlp"
 
     cal = tmp_path / "calib.json"
     assert (
@@ -470,6 +523,16 @@ def test_llamacpp_reward_backbone_matches_transformers(tmp_path, monkeypatch):
 
     everything = gguf_info(trunc, "reward", "x").weight_bytes
     assert rb.info.weight_bytes < everything  # output.weight is not read
+    # an MLP head runs on llama.cpp too (applied to the same hidden states here)
+    mlp_model = RewardModel(hf_small.model, head="mlp").eval()
+    save_checkpoint(tmp_path / "mlp.pt", mlp_model, str(gguf))
+    rb_mlp = load_llamacpp_reward_backend(tmp_path / "mlp.pt", threads=1, n_ctx=512)
+    torch.testing.assert_close(
+        rb_mlp.forward(PROMPT, len(PROMPT))[0][:, 0],
+        torch.tensor(token_scores(mlp_model, [], PROMPT)),
+        atol=0.02,
+        rtol=0,
+    )
     rb.crop(5)  # incremental after a crop equals the full pass
     torch.testing.assert_close(rb.forward(PROMPT[5:], 3)[0][:, 0], got[-3:], atol=1e-4, rtol=0)
     # beside a llama.cpp small model it is the backend the router gets, and it batches

@@ -5,14 +5,19 @@
         --limit 10 --max-new-tokens 200 --out runs/reward/calib-gsm8k.json --threads 2
 
 Training. The reward model (routers/reward.py) is the first `--layers` layers of the small model
-with a linear head. What is trained: the head only, on a frozen backbone. Why:
-  - the data is small (tens of prompts, hundreds of chunk pairs): a 896-weight linear probe
-    cannot memorize it the way 15 M parameters per transformer layer (or a LoRA) would;
+with a head. What is trained: the head only, on a frozen backbone; the head is the paper's linear
+layer (`--head linear`) or a small MLP (`--head mlp`: H -> 256 -> GELU -> 1), and the backbone's
+depth (`--layers`, up to all of small's) is the other capacity knob. Why frozen:
   - with the backbone frozen, the score at a chunk's last token is head(h) where h comes from
     ONE forward pass over prompt + response (causal attention: h at position t does not depend on
     later tokens), so every chunk of a response shares one pass, features are computed once
-    (cached in --out/features.pt) and each epoch is a few milliseconds of matrix algebra;
-  - it fits the 2-core CPU budget with room to spare (minutes, most of it the feature pass).
+    (cached in --out/features.pt) and each epoch is matrix algebra on cached rows;
+  - training backbone layers (or LoRA adapters) would need a backward pass through them over
+    every response, every epoch: hours per epoch on a 2-core CPU for 1,000 prompts;
+  - a head-only checkpoint also runs on llama.cpp beside a llama.cpp small model (the reward
+    router's fast path), a trained backbone could not.
+Which depth and head: train each (features are cached per depth) and compare their held-out
+preference accuracy (metrics.json); the choice and its reason go in the results.
 Held-out prompts (`--holdout`, by prompt id, so chunks of one response never straddle the
 split) give the preference accuracy and loss reported at the end and in --out/metrics.json.
 Progress is shown per epoch; --out/train_state.pt is written every `--save-every` epochs and a
@@ -117,13 +122,40 @@ class TrainConfig:
     l2: float = 0.3  # penalty l2 * |w|^2 on the head in standardized-feature units
     batch_size: int = 64  # pairs per step
     seed: int = 0  # shuffling: epoch e uses a generator seeded with seed + e
+    head: str = "linear"  # "linear" (the paper's) or "mlp" (routers.reward.HEADS)
 
 
 L2_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # searched by `select_l2` when --l2 is not given
+# The MLP head: its penalty sums ~230k squared weights (the linear head's, 896), a smaller
+# learning rate, fewer epochs (each costs ~500x the linear head's)
+HEAD_DEFAULTS = {
+    "linear": {"lr": 1e-2, "epochs": 200, "l2_grid": L2_GRID},
+    "mlp": {"lr": 1e-3, "epochs": 40, "l2_grid": (1e-5, 1e-4, 1e-3, 1e-2)},
+}
 
 
-def evaluate(w: torch.Tensor, pairs: Pairs) -> dict:
-    """Loss, preference accuracy and mean scores of a head `w` [H] on `pairs`.
+def score(head, x: torch.Tensor) -> torch.Tensor:
+    """[N, H] features -> [N] rewards, for a linear head's weight [H] or a head module."""
+    if isinstance(head, torch.Tensor):
+        return x @ head
+    with torch.no_grad():
+        return head(x).squeeze(-1)
+
+
+def state_head(state: dict):
+    """The head a training state holds, applicable to raw features: a linear head's weight
+    [H], or the MLP as a module (its first layer folds in the feature scale)."""
+    if "head" in state:
+        return state["head"]
+    from routers.reward import make_head
+
+    head = make_head(state["head_state"]["0.weight"].shape[1], "mlp")
+    head.load_state_dict(state["head_state"])
+    return head.eval()
+
+
+def evaluate(w, pairs: Pairs) -> dict:
+    """Loss, preference accuracy and mean scores of a head `w` ([H] weight or module) on `pairs`.
 
     accuracy = share of pairs with r_w > r_l, a tie counting one half (so an untrained, all-zero
     head scores 0.5, chance)."""
@@ -131,7 +163,7 @@ def evaluate(w: torch.Tensor, pairs: Pairs) -> dict:
         nan = math.nan
         return {"n": 0, "loss": nan, "acc": nan, "chosen_mean": nan, "rejected_mean": nan}
     with torch.no_grad():
-        rw, rl = pairs.chosen @ w, pairs.rejected @ w
+        rw, rl = score(w, pairs.chosen), score(w, pairs.rejected)
         return {
             "n": len(pairs),
             "loss": float(preference_loss(rw, rl)),
@@ -151,10 +183,11 @@ def feature_scale(pairs: Pairs) -> torch.Tensor:
 
 
 def train_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on_epoch=None):
-    """Fit the head on `train`; returns the final state (epoch, w, head = w / scale, optimizer).
-
-    `state` resumes a saved run; `on_epoch(state)` is called after every epoch (progress,
-    periodic checkpoints)."""
+    """Fit the head on `train`; returns the final state (epoch, w, head = w / scale, optimizer;
+    for an MLP head see `train_mlp_head`). `state` resumes a saved run; `on_epoch(state)` is
+    called after every epoch (progress, periodic checkpoints)."""
+    if cfg.head == "mlp":
+        return train_mlp_head(train, cfg, state, on_epoch)
     scale = feature_scale(train)
     xw, xl = train.chosen / scale, train.rejected / scale
     w = torch.zeros(train.chosen.shape[1], requires_grad=True)
@@ -181,6 +214,48 @@ def train_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on_epo
     return state or _state(start, w, scale, opt)
 
 
+def train_mlp_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on_epoch=None):
+    """`train_head` for the MLP head (routers.reward.make_head "mlp") on standardized features,
+    L2 penalty `cfg.l2` on its weight matrices. State: epoch, params (standardized units),
+    head_state (the feature scale folded into the first layer: it reads raw features),
+    optimizer."""
+    from routers.reward import make_head
+
+    scale = feature_scale(train)
+    xw, xl = train.chosen / scale, train.rejected / scale
+    torch.manual_seed(cfg.seed)
+    net = make_head(train.chosen.shape[1], "mlp")
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    start = 0
+    if state is not None:
+        net.load_state_dict(state["params"])
+        opt.load_state_dict(state["optimizer"])
+        start = state["epoch"]
+    weights = [net[0].weight, net[2].weight]
+    for epoch in range(start, cfg.epochs):
+        order = torch.randperm(
+            len(train), generator=torch.Generator().manual_seed(cfg.seed + epoch)
+        )
+        for i in range(0, len(train), cfg.batch_size):
+            idx = order[i : i + cfg.batch_size]
+            loss = preference_loss(net(xw[idx]).squeeze(-1), net(xl[idx]).squeeze(-1))
+            loss = loss + cfg.l2 * sum((w * w).sum() for w in weights)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        state = _mlp_state(epoch + 1, net, scale, opt)
+        if on_epoch is not None:
+            on_epoch(state)
+    return state or _mlp_state(start, net, scale, opt)
+
+
+def _mlp_state(epoch: int, net, scale: torch.Tensor, opt) -> dict:
+    params = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    folded = dict(params)
+    folded["0.weight"] = params["0.weight"] / scale  # W (x / scale) = (W / scale) x
+    return {"epoch": epoch, "params": params, "head_state": folded, "optimizer": _copy(opt)}
+
+
 def _state(epoch: int, w: torch.Tensor, scale: torch.Tensor, opt) -> dict:
     w = w.detach().clone()
     return {"epoch": epoch, "w": w, "head": w / scale, "optimizer": _copy(opt)}
@@ -202,7 +277,7 @@ def select_l2(train: Pairs, cfg: TrainConfig, grid=L2_GRID, folds: int = 5) -> t
     for l2 in grid:
         total = 0.0
         for i in range(k):
-            w = train_head(train.select(of != i), replace(cfg, l2=l2))["head"]
+            w = state_head(train_head(train.select(of != i), replace(cfg, l2=l2)))
             e = evaluate(w, train.select(of == i))
             total += e["loss"] * e["n"]
         table[l2] = total / len(train)
@@ -244,15 +319,22 @@ def configure_train_reward(p) -> None:
     p.add_argument("--out", required=True, help="model folder (created; resumed if it exists)")
     p.add_argument("--backbone", default=None, help="default: the data's small model")
     p.add_argument("--layers", type=int, default=6, help="backbone depth (first N layers)")
+    p.add_argument(
+        "--head",
+        default="linear",
+        choices=tuple(HEAD_DEFAULTS),
+        help="linear (the paper's) or mlp (H -> 256 -> GELU -> 1 on the frozen features)",
+    )
     p.add_argument("--dtype", default="bfloat16", help="backbone dtype (use the pair's)")
     p.add_argument("--holdout", type=float, default=0.2, help="share of prompts held out")
-    p.add_argument("--epochs", type=int, default=TrainConfig.epochs)
-    p.add_argument("--lr", type=float, default=TrainConfig.lr)
+    p.add_argument("--epochs", type=int, default=None, help="default: 200 linear, 40 mlp")
+    p.add_argument("--lr", type=float, default=None, help="default: 1e-2 linear, 1e-3 mlp")
     p.add_argument(
         "--l2",
         type=float,
         default=None,
-        help=f"L2 penalty on the head; default: chosen from {L2_GRID} by 5-fold CV over prompts",
+        help="L2 penalty on the head; default: chosen by 5-fold CV over training prompts from "
+        + "; ".join(f"{k} {v['l2_grid']}" for k, v in HEAD_DEFAULTS.items()),
     )
     p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     p.add_argument("--seed", type=int, default=0)
@@ -269,27 +351,36 @@ def run_train_reward(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    model = build_reward_model(source, args.layers, args.dtype)
+    model = build_reward_model(source, args.layers, args.dtype, head=args.head)
     pairs, ties = _features(model, records, key, out / "features.pt")
     t_features = time.perf_counter() - t0
     train, test = heldout_split(pairs, args.holdout, args.seed)
-    cfg = TrainConfig(args.epochs, args.lr, args.l2 or 0.0, args.batch_size, args.seed)
+    d = HEAD_DEFAULTS[args.head]
+    cfg = TrainConfig(
+        args.epochs or d["epochs"], args.lr or d["lr"], args.l2 or 0.0, args.batch_size,
+        args.seed, args.head,
+    )  # fmt: skip
     cv = {}
     if args.l2 is None:
-        print(f"choosing --l2 from {L2_GRID} by 5-fold cross-validation over training prompts")
-        best, cv = select_l2(train, cfg)
+        grid = d["l2_grid"]
+        print(f"choosing --l2 from {grid} by 5-fold cross-validation over training prompts")
+        best, cv = select_l2(train, cfg, grid)
         cfg = replace(cfg, l2=best)
         print("  cv loss: " + ", ".join(f"{k}: {v:.4f}" for k, v in cv.items()) + f" -> {best}")
     key = {**key, "config": asdict(cfg), "holdout": args.holdout}
     state = _fit(train, test, cfg, out / "train_state.pt", key, args.save_every)
-    w = state["head"]
+    w = state_head(state)
     with torch.no_grad():
-        model.head.weight.copy_(w[None])
+        if args.head == "linear":
+            model.head.weight.copy_(w[None])
+        else:
+            model.head.load_state_dict(state["head_state"])
+    zero = torch.zeros(pairs.chosen.shape[1])  # the untrained model: every score 0
     metrics = {
         "n_prompts": len(records),
         "n_pairs": {"train": len(train), "heldout": len(test), "ties_dropped": ties},
         "heldout_prompts": len(set(test.prompt)),
-        "untrained": {"train": evaluate(0 * w, train), "heldout": evaluate(0 * w, test)},
+        "untrained": {"train": evaluate(zero, train), "heldout": evaluate(zero, test)},
         "final": {"train": evaluate(w, train), "heldout": evaluate(w, test)},
         "heldout_by_task": by_task(w, test),
         "heldout_by_length": by_length(w, test),
@@ -297,7 +388,7 @@ def run_train_reward(args) -> int:
             "features": round(t_features, 1),
             "training": round(time.perf_counter() - t0 - t_features, 1),
         },
-        "score_std": float(torch.cat([pairs.chosen @ w, pairs.rejected @ w]).std()),
+        "score_std": float(torch.cat([score(w, pairs.chosen), score(w, pairs.rejected)]).std()),
         "l2_cv_loss": {str(k): v for k, v in cv.items()},
         **key,
     }
@@ -370,7 +461,8 @@ def _fit(train: Pairs, test: Pairs, cfg: TrainConfig, path: Path, key: dict, eve
     def on_epoch(s: dict) -> None:
         bar.update(1)
         if s["epoch"] % 10 == 0 or s["epoch"] == cfg.epochs:
-            tr, te = evaluate(s["head"], train), evaluate(s["head"], test)
+            head = state_head(s)
+            tr, te = evaluate(head, train), evaluate(head, test)
             bar.set_postfix_str(
                 f"loss={tr['loss']:.3f} acc={tr['acc']:.3f} "
                 f"heldout_loss={te['loss']:.3f} heldout_acc={te['acc']:.3f}"
