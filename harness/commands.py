@@ -72,8 +72,8 @@ def configure_demo(p) -> None:
         "--max-new-tokens",
         type=int,
         default=DEMO_TOKENS,
-        help=f"answer cap (default {DEMO_TOKENS}: on gsm8k every answer that ends by itself is "
-        "shorter; only repetition loops reach it); 0 = the task's own budget",
+        help=f"answer cap (default {DEMO_TOKENS}: on gsm8k nearly every answer that ends by "
+        "itself is shorter; repetition loops reach it); 0 = the task's own budget",
     )
     p.add_argument("--out", default="runs/demo", help="results folder, one run per router")
     options.add_model_args(p)
