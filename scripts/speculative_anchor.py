@@ -7,7 +7,8 @@ Same GGUF files, same prompt token ids (the first N gsm8k test examples with the
 prompt, chat template applied), greedy, the same budget, EOS only (no stop strings):
 
   server          llama-server -m LARGE                         (llama.cpp's plain decoding)
-  server-md3      llama-server -m LARGE -md SMALL               (its speculative decoding, draft 3)
+  server-md3      llama-server -m LARGE -md SMALL --spec-type draft-simple --spec-draft-n-max 3
+                  (its speculative decoding; without --spec-type it loads SMALL and never drafts)
   server-md8      ... --spec-draft-n-max 8
   large           this project's core, `large` router, llama.cpp backend, one stream
   spec-k3         the core, `speculative` router, k = 3 (llama.cpp's default draft length)
@@ -115,7 +116,10 @@ def main(argv=None) -> int:
     servers = {}
     try:
         for name, draft in SERVERS.items():
-            extra = ["-md", small_gguf, "--spec-draft-n-max", str(draft)] if draft else []
+            # --spec-type draft-simple: with -md alone this llama-server loads the draft model
+            # and never drafts (its default spec type is "none")
+            extra = ["-md", small_gguf, "--spec-type", "draft-simple"] if draft else []
+            extra += ["--spec-draft-n-max", str(draft)] if draft else []
             log = out / f"{name}.log"
             servers[name] = start_server(
                 args.server, large_gguf, args.threads, log, extra, args.n_ctx
@@ -127,6 +131,8 @@ def main(argv=None) -> int:
             for name, (_, port) in servers.items():
                 r = server_complete(port, ids, args.max_new_tokens)
                 r["ids"] = [t for t in r["ids"] if t not in eos]
+                if SERVERS[name] and not r["draft_n"]:
+                    raise SystemExit(f"{name} drafted no tokens: it did not speculate")
                 row[name] = r
             for name, (router, kw) in OURS.items():
                 g = engine.generate(get_router(router, kw), ids, cfg)
