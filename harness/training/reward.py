@@ -189,7 +189,6 @@ def train_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on_epo
     if cfg.head == "mlp":
         return train_mlp_head(train, cfg, state, on_epoch)
     scale = feature_scale(train)
-    xw, xl = train.chosen / scale, train.rejected / scale
     w = torch.zeros(train.chosen.shape[1], requires_grad=True)
     opt = torch.optim.Adam([w], lr=cfg.lr)
     start = 0
@@ -198,20 +197,13 @@ def train_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on_epo
             w.copy_(state["w"])
         opt.load_state_dict(state["optimizer"])
         start = state["epoch"]
-    for epoch in range(start, cfg.epochs):
-        order = torch.randperm(
-            len(train), generator=torch.Generator().manual_seed(cfg.seed + epoch)
-        )
-        for i in range(0, len(train), cfg.batch_size):
-            idx = order[i : i + cfg.batch_size]
-            loss = preference_loss(xw[idx] @ w, xl[idx] @ w) + cfg.l2 * (w * w).sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        state = _state(epoch + 1, w, scale, opt)
-        if on_epoch is not None:
-            on_epoch(state)
-    return state or _state(start, w, scale, opt)
+    return _epochs(
+        train, scale, cfg, start, on_epoch,
+        score=lambda x: x @ w,
+        penalty=lambda: (w * w).sum(),
+        opt=opt,
+        snapshot=lambda epoch: _state(epoch, w, scale, opt),
+    )  # fmt: skip
 
 
 def train_mlp_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on_epoch=None):
@@ -222,7 +214,6 @@ def train_mlp_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on
     from routers.reward import make_head
 
     scale = feature_scale(train)
-    xw, xl = train.chosen / scale, train.rejected / scale
     torch.manual_seed(cfg.seed)
     net = make_head(train.chosen.shape[1], "mlp")
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
@@ -231,22 +222,36 @@ def train_mlp_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on
         net.load_state_dict(state["params"])
         opt.load_state_dict(state["optimizer"])
         start = state["epoch"]
-    weights = [net[0].weight, net[2].weight]
+    return _epochs(
+        train, scale, cfg, start, on_epoch,
+        score=lambda x: net(x).squeeze(-1),
+        penalty=lambda: net[0].weight.pow(2).sum() + net[2].weight.pow(2).sum(),
+        opt=opt,
+        snapshot=lambda epoch: _mlp_state(epoch, net, scale, opt),
+    )  # fmt: skip
+
+
+def _epochs(train: Pairs, scale, cfg: TrainConfig, start: int, on_epoch, *, score, penalty, opt,
+            snapshot) -> dict:  # fmt: skip
+    """The minibatch loop both heads share: epochs start..cfg.epochs of Adam on the pairwise
+    loss of `score` over standardized features plus cfg.l2 * penalty(); epoch e shuffles with
+    seed cfg.seed + e; `snapshot(epoch)` is the state after an epoch, passed to `on_epoch`."""
+    xw, xl = train.chosen / scale, train.rejected / scale
+    state = None
     for epoch in range(start, cfg.epochs):
         order = torch.randperm(
             len(train), generator=torch.Generator().manual_seed(cfg.seed + epoch)
         )
         for i in range(0, len(train), cfg.batch_size):
             idx = order[i : i + cfg.batch_size]
-            loss = preference_loss(net(xw[idx]).squeeze(-1), net(xl[idx]).squeeze(-1))
-            loss = loss + cfg.l2 * sum((w * w).sum() for w in weights)
+            loss = preference_loss(score(xw[idx]), score(xl[idx])) + cfg.l2 * penalty()
             opt.zero_grad()
             loss.backward()
             opt.step()
-        state = _mlp_state(epoch + 1, net, scale, opt)
+        state = snapshot(epoch + 1)
         if on_epoch is not None:
             on_epoch(state)
-    return state or _mlp_state(start, net, scale, opt)
+    return state or snapshot(start)
 
 
 def _mlp_state(epoch: int, net, scale: torch.Tensor, opt) -> dict:
