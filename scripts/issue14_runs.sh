@@ -33,7 +33,8 @@ step() {
 if [ "${1:-}" = "--collect" ]; then # copy issue 11's small/large runs in as the reference rows
     for task in gsm8k mbpp humaneval; do
         for r in small large; do
-            [ -d "runs/validity/$task-$r" ] && rsync -a "runs/validity/$task-$r/" "$OUT/$task/${r}__default/"
+            src="runs/validity/$task-$r" dst="$OUT/$task/${r}__default"
+            [ -d "$src" ] && mkdir -p "$dst" && cp -a "$src/." "$dst/"
         done
     done
     exit 0
