@@ -148,7 +148,11 @@ class Citer(TokenRouter):
 
     @classmethod
     def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
-        """`hybridbench sweep`: tau re-calibrated to defer each target share of calib tokens."""
+        """`hybridbench sweep`: tau re-calibrated to defer each target share of calib tokens; a
+        checkpoint trained before `share=` existed (no calib scores) runs once, at its tau."""
+        path = (fixed or {}).get("path")
+        if path and "calib_scores" not in load_checkpoint(path, "citer"):
+            return [{}]
         return [{"share": t} for t in targets]
 
     def used_example_ids(self) -> frozenset[str]:

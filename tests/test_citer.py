@@ -232,6 +232,9 @@ def test_citer_share_recalibrates_tau(tmp_path):
     from routers.citer import Citer
 
     assert Citer.sweep_settings([0.1, 0.35]) == [{"share": 0.1}, {"share": 0.35}]
+    assert Citer.sweep_settings([0.1], {"path": path}) == [{"share": 0.1}]
+    old = save_citer(tmp_path / "old.pt", bias=0.0)  # no calib scores: runs once, at its tau
+    assert Citer.sweep_settings([0.1, 0.35], {"path": old}) == [{}]
 
 
 def test_cost_log_records_failures_too(tmp_path):
