@@ -108,4 +108,3 @@ def test_sweep_uses_target_shares_when_given_a_calibration():
     assert sweep.router_settings("entropy", [0.1, 0.35], fixed) == [
         {"target_share": 0.1}, {"target_share": 0.35},
     ]  # fmt: skip
-    assert sweep.router_settings("citer", [0.2], {"path": "c.pt"}) == [{"share": 0.2}]
