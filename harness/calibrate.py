@@ -70,18 +70,14 @@ def backend_scores(backend, prompt_ids: list[int], ids: list[int]) -> list[float
 @torch.inference_mode()
 def logit_scores(small, prompt_ids: list[int], ids: list[int], router: str) -> list[float]:
     """Small's entropy or top probability at each token of `ids` (from the logits that chose
-    it), in one pass over prompt + ids: what the router reads when small writes `ids`."""
+    it), teacher-forced over prompt + ids: what the router reads when small writes `ids`."""
+    from harness.training.labels import LabelConfig, forced_passes
     from routers.baselines import entropy, top_probability
 
-    if not ids:
-        return []
-    small.reset()
-    if len(prompt_ids) > 1:
-        small.forward(list(prompt_ids[:-1]), 1)
-    logits, _ = small.forward(list(prompt_ids[-1:]) + list(ids[:-1]), len(ids))
-    small.reset()
     fn = entropy if router == "entropy" else top_probability
-    return fn(logits).tolist()
+    chunk = LabelConfig.chunk  # rows of logits held at once
+    passes = forced_passes(small, list(prompt_ids), list(ids), chunk) if ids else ()
+    return [x for logits, _ in passes for x in fn(logits).tolist()]
 
 
 def share_below(scores, threshold: float) -> float:

@@ -153,20 +153,29 @@ def reference_text(task, example) -> str | None:
     return task.reference_answer(example)
 
 
+def forced_passes(model, prompt, traj, chunk: int, hidden: bool = False):
+    """Teacher forcing of one model over prompt + traj, `chunk` positions a pass (bounding the
+    [chunk, V] logits held at once): yields (logits, hidden or None) whose rows predict traj[0],
+    traj[1], ... in order. The model's cache is cleared before and after."""
+    model.reset()
+    try:
+        if len(prompt) > 1:
+            model.forward(prompt[:-1], 1)  # the prompt's cache; its outputs are not needed
+        seq = prompt[-1:] + traj[:-1]  # the positions whose outputs predict traj[0..m-1]
+        for s in range(0, len(seq), chunk):
+            piece = seq[s : s + chunk]
+            yield model.forward(piece, len(piece), hidden=hidden)
+    finally:
+        model.reset()
+
+
 def teacher_force(models, prompt, traj, top_k: int, chunk: int, roles=("small", "large")) -> dict:
     """Each model over prompt + traj: per trajectory position, small's hidden state and each
     model's greedy token and top-k, from the logits that predict traj[i]. Few batched passes."""
     out = {}
     for role in roles:
-        m = models[role]
-        m.reset()
-        if len(prompt) > 1:
-            m.forward(prompt[:-1], 1)  # the prompt's cache; its outputs are not needed
-        seq = prompt[-1:] + traj[:-1]  # the positions whose outputs predict traj[0..m-1]
         hid, top_i, top_p, greedy = [], [], [], []
-        for s in range(0, len(seq), chunk):
-            piece = seq[s : s + chunk]
-            logits, h = m.forward(piece, len(piece), hidden=role == "small")
+        for logits, h in forced_passes(models[role], prompt, traj, chunk, role == "small"):
             probs = torch.softmax(logits.float(), -1)
             tp, ti = torch.topk(probs, top_k, dim=-1)
             top_i.append(ti)
@@ -179,7 +188,6 @@ def teacher_force(models, prompt, traj, top_k: int, chunk: int, roles=("small", 
         out[f"{role}_topk_probs"] = torch.cat(top_p)
         if hid:
             out["hidden"] = torch.cat(hid)
-        m.reset()
     return out
 
 
