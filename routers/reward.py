@@ -63,7 +63,7 @@ def make_head(size: int, kind: str = "linear") -> torch.nn.Module:
 
 
 def head_from_checkpoint(ck: dict, size: int) -> torch.nn.Module:
-    """The trained head of a checkpoint (older ones hold only a linear head's weight)."""
+    """The trained head of a checkpoint (older ones hold only a linear head's weight, "head")."""
     kind = ck.get("head_kind", "linear")
     head = make_head(size, kind)
     with torch.no_grad():
@@ -197,9 +197,6 @@ def save_checkpoint(path: str | Path, model: RewardModel, source: str, **extra) 
         "head_state": {
             k: v.detach().float().cpu().clone() for k, v in model.head.state_dict().items()
         },
-        "head": model.head.weight.detach().float().cpu().clone()
-        if model.head_kind == "linear"
-        else None,
         "trained": {k: v.detach().cpu().clone() for k, v in trained.items()},
         **extra,
     }
@@ -212,10 +209,10 @@ def save_checkpoint(path: str | Path, model: RewardModel, source: str, **extra) 
 def load_reward_model(path: str | Path, dtype: str = "bfloat16", device: str = "cpu"):
     """(RewardModel, checkpoint dict) from a checkpoint written by `save_checkpoint`."""
     ck = read_checkpoint(path)
-    model = build_reward_model(ck["backbone"], ck["n_layers"], dtype, device)
+    kind = ck.get("head_kind", "linear")
+    model = build_reward_model(ck["backbone"], ck["n_layers"], dtype, device, head=kind)
     size = model.config.get_text_config().hidden_size
-    model.head_kind = ck.get("head_kind", "linear")
-    model.head = head_from_checkpoint(ck, size).to(next(model.parameters()).device)
+    model.head.load_state_dict(head_from_checkpoint(ck, size).state_dict())
     with torch.no_grad():
         if ck["trained"]:
             params = dict(model.backbone.named_parameters())
