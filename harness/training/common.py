@@ -24,7 +24,7 @@ def cost_log(folder, argv: list[str]):
     rec = {"argv": list(argv), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     t0, g0, status = time.monotonic(), engine.GENERATED[0], "interrupted"
     try:
-        yield rec
+        yield
         status = "done"
     except Exception:
         status = "failed"
