@@ -74,6 +74,11 @@ def _num(x, digits: int = 3) -> str:
     return "—" if math.isnan(x) else f"{x:.{digits}f}"
 
 
+def quality_cell(row) -> str:
+    """A run's quality with its 95% interval: '0.250 [0.170, 0.330]'."""
+    return f"{_num(row['quality'])} [{_num(row['quality_ci_low'])}, {_num(row['quality_ci_high'])}]"
+
+
 def _pct(x) -> str:
     return "—" if x is None or math.isnan(float(x)) else f"{100 * float(x):.1f}%"
 
@@ -140,7 +145,7 @@ def runs_table(df: pd.DataFrame, routers: pd.DataFrame) -> Table:
                 r["router"],
                 r["setting"] or "—",
                 f"{int(r['n'])}" + (f" ({int(r['n_failed'])} failed)" if r["n_failed"] else ""),
-                f"{_num(r['quality'])} [{_num(r['quality_ci_low'])}, {_num(r['quality_ci_high'])}]",
+                quality_cell(r),
                 _num(r["large_token_share"]),
                 _num(r["large_call_share"]),
                 _num(a_tok),
@@ -259,7 +264,7 @@ def transfer_table(df: pd.DataFrame) -> Table:
             r["setting"] or "—",
             str(r.get("router_trained_on") or "—"),
             f"{int(r['n'])}",
-            f"{_num(r['quality'])} [{_num(r['quality_ci_low'])}, {_num(r['quality_ci_high'])}]",
+            quality_cell(r),
             _num(r["large_token_share"]),
             _num(r["large_call_share"]),
         )

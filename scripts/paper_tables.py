@@ -23,13 +23,10 @@ def fmt(x, digits=3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def quality(row) -> str:
-    return f"{fmt(row['quality'])} [{fmt(row['quality_ci_low'])}, {fmt(row['quality_ci_high'])}]"
-
-
 def table(folder: str, router: str) -> str:
     import json
 
+    from reports.leaderboard import quality_cell as quality
     from reports.load import load_runs
 
     df = load_runs(folder)
