@@ -15,11 +15,51 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def summarize(calls: list[dict], probe: dict, batch: int, tokens: int, wall: float) -> dict:
+    small = [c for c in calls if c["model"] == "small"]
+    full = [c for c in small if c["sequences"] == batch and c["tokens"] == batch]
+    prefill = [c for c in small if c["tokens"] > c["sequences"]]
+    one_token = {}  # rows in the call -> seconds of its one-token-per-row calls
+    for c in small:
+        if c["tokens"] == c["sequences"]:
+            one_token.setdefault(c["sequences"], []).append(c["seconds"])
+
+    def mean(xs, key):
+        return sum(x[key] for x in xs) / len(xs) if xs else float("nan")
+
+    return {
+        "tokens": tokens,
+        "wall_s": wall,
+        "tok_per_s": tokens / wall,
+        "calls": len(small),
+        "python_gap_s": sum(c["gap"] for c in small),
+        "call_s": sum(c["seconds"] for c in small),
+        "probe_step_s": probe,
+        "full_one_token_calls": {"n": len(full), "mean_s": mean(full, "seconds")},
+        "calls_with_prefill": {
+            "n": len(prefill),
+            "mean_s": mean(prefill, "seconds"),
+            "seconds": sum(c["seconds"] for c in prefill),
+            "tokens": sum(c["tokens"] for c in prefill),
+        },  # fmt: skip
+        "full_calls_by_context": {
+            f"<{hi}": {"n": len(g), "mean_s": mean(g, "seconds")}
+            for lo, hi in ((0, 256), (256, 512), (512, 1024), (1024, 4096))
+            if (g := [c for c in full if lo <= c["max_context"] < hi])
+        },
+        "one_token_calls_by_rows": {
+            b: {"n": len(t), "median_s": statistics.median(t)} for b, t in sorted(one_token.items())
+        },
+        "mean_sequences_per_call": mean(small, "sequences"),
+    }
 
 
 def main(argv=None) -> int:
@@ -29,7 +69,19 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=640)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=None)
+    p.add_argument("--summary-of", help="print the summary of an earlier --out file, run nothing")
     args = p.parse_args(argv)
+    if args.summary_of:
+        old = json.loads(Path(args.summary_of).read_text())
+        s = old["summary"]
+        batch = max(int(b) for b in s["probe_step_s"])
+        print(
+            json.dumps(
+                summarize(old["calls"], s["probe_step_s"], batch, s["tokens"], s["wall_s"]),
+                indent=1,
+            )
+        )
+        return 0
 
     from harness import batching
     from harness.backends.llamacpp import LlamaCppBackend
@@ -67,34 +119,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     n = sum(len(g.token_ids) for _, g in engine.generate_each(SmallOnly(), jobs, "profile"))
     wall = time.perf_counter() - t0
-    small = [c for c in calls if c["model"] == "small"]
-    full = [c for c in small if c["sequences"] == args.batch and c["tokens"] == args.batch]
-    prefill = [c for c in small if c["tokens"] > c["sequences"]]
-
-    def mean(xs, key):
-        return sum(x[key] for x in xs) / len(xs) if xs else float("nan")
-
-    summary = {
-        "tokens": n,
-        "wall_s": wall,
-        "tok_per_s": n / wall,
-        "calls": len(small),
-        "python_gap_s": sum(c["gap"] for c in small),
-        "call_s": sum(c["seconds"] for c in small),
-        "probe_step_s": probe["small"],
-        "full_one_token_calls": {"n": len(full), "mean_s": mean(full, "seconds")},
-        "calls_with_prefill": {
-            "n": len(prefill),
-            "mean_s": mean(prefill, "seconds"),
-            "seconds": sum(c["seconds"] for c in prefill),
-        },  # fmt: skip
-        "full_calls_by_context": {
-            f"<{hi}": {"n": len(g), "mean_s": mean(g, "seconds")}
-            for lo, hi in ((0, 256), (256, 512), (512, 1024), (1024, 4096))
-            if (g := [c for c in full if lo <= c["max_context"] < hi])
-        },
-        "mean_sequences_per_call": mean(small, "sequences"),
-    }
+    summary = summarize(calls, probe["small"], args.batch, n, wall)
     print(json.dumps(summary, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps({"summary": summary, "calls": calls}, indent=1))
