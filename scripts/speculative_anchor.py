@@ -20,7 +20,9 @@ each prompt before the next prompt starts, so load from elsewhere hits them alik
 end to end (prefill + decode, HTTP included for the servers) over the tokens each produced, EOS
 not counted. Equality: each method's ids against `server` (plain greedy large), token for token;
 at the first difference, large's top-2 logit margin there (from our backend) says whether it
-is a near-tie. Writes OUT/results.json (per prompt) and prints the table.
+is a near-tie. Writes OUT/results.json (its settings and one row per prompt, after each prompt)
+and prints the table. Resumable: a rerun with the same settings skips the prompts already in
+OUT/results.json (every method ran on each of them side by side); `--table` prints its table.
 """
 
 from __future__ import annotations
@@ -97,7 +99,14 @@ def main(argv=None) -> int:
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--server", default=str(Path.home() / ".cache/hybridbench/bin/llama-server"))
     p.add_argument("--out", default="runs/spec-anchor")
+    p.add_argument("--table", action="store_true", help="print OUT's table, run nothing")
     args = p.parse_args(argv)
+    out = Path(args.out)
+    settings = {"max_new_tokens": args.max_new_tokens, "threads": args.threads, "n_ctx": args.n_ctx}
+    rows = load_rows(out / "results.json", settings)
+    if args.table:
+        print(table(rows))
+        return 0
 
     from harness.core import DecodeConfig
     from harness.engine import Engine
@@ -105,11 +114,14 @@ def main(argv=None) -> int:
     from routers import get_router
     from tasks import get_task
 
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     engine = Engine.load(backend="llama.cpp", threads=args.threads, n_ctx=args.n_ctx)
     small_gguf, large_gguf = str(assemble_gguf(DEFAULT_SMALL)), str(assemble_gguf(DEFAULT_LARGE))
-    examples = get_task("gsm8k").split("test")[: args.prompts]
+    done = {r["id"] for r in rows}
+    examples = [ex for ex in get_task("gsm8k").split("test")[: args.prompts] if ex.id not in done]
+    if not examples:
+        print(table(rows))
+        return 0
     eos = engine.eos_ids
     cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, eos_ids=eos)
 
@@ -124,8 +136,7 @@ def main(argv=None) -> int:
             servers[name] = start_server(
                 args.server, large_gguf, args.threads, log, extra, args.n_ctx
             )
-        rows = []
-        for n, ex in enumerate(examples):
+        for n, ex in enumerate(examples, start=len(rows)):
             ids = engine.encode(ex.messages)
             row = {"id": ex.id, "prompt_tokens": len(ids)}
             for name, (_, port) in servers.items():
@@ -145,9 +156,11 @@ def main(argv=None) -> int:
                     row[name]["first_diff"] = d
                     row[name]["margin"] = margin_at(engine.backends["large"], ids, ref, d)
             rows.append(row)
-            (out / "results.json").write_text(json.dumps(rows, indent=1))
+            tmp = out / "results.json.tmp"
+            tmp.write_text(json.dumps({"settings": settings, "rows": rows}, indent=1))
+            tmp.replace(out / "results.json")
             print(
-                f"[{n + 1}/{len(examples)}] {ex.id}: "
+                f"[{n + 1}/{args.prompts}] {ex.id}: "
                 + ", ".join(
                     f"{m} {len(row[m]['ids']) / row[m]['seconds']:.1f} tok/s"
                     + ("" if row[m].get("equal", True) else " (differs)")
@@ -164,7 +177,23 @@ def main(argv=None) -> int:
     return 0
 
 
+def load_rows(path: Path, settings: dict) -> list[dict]:
+    """The rows of an earlier run into the same folder; refuses one with other settings."""
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())
+    if isinstance(old, list) or old.get("settings") != settings:
+        had = "none recorded" if isinstance(old, list) else old.get("settings")
+        raise SystemExit(
+            f"{path} was written with other settings ({had}, now {settings}): use another --out"
+        )
+    return old["rows"]
+
+
 def table(rows: list[dict]) -> str:
+    if not rows:
+        return "no prompts measured yet"
+
     names = list(SERVERS) + list(OURS)
     tok = {m: sum(len(r[m]["ids"]) for r in rows) for m in names}
     sec = {m: sum(r[m]["seconds"] for r in rows) for m in names}
