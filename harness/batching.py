@@ -17,10 +17,12 @@ import json
 import platform
 import sys
 import time
+from pathlib import Path
 
 CANDIDATES = (1, 2, 4, 8, 16)
 PROBE_STEPS = 8  # one-token decode steps timed per batch size
 PROBE_PROMPT = 32  # tokens each probe sequence holds before the timed steps
+PASS_SIZES = (1, 2, 4, 8, 16, 33)  # tokens fed in one pass of one sequence (`pass_costs`)
 
 
 def parse(value: str) -> int | str:
@@ -78,19 +80,30 @@ def best_batch(times: dict[str, dict[int, float]]) -> int:
     return max(sorted(sizes), key=lambda b: b / sum(t[b] for t in times.values()))
 
 
-def auto(engine, threads: int) -> tuple[int, dict]:
-    """(batch size, the probe's record) for this engine on this machine; cached."""
+def _cache_path(kind: str, engine, roles: list[str], threads: int, sizes) -> Path:
+    """The cache file of a measurement of `roles` on this machine, models and threads."""
     from harness.models import cache_dir
 
+    infos = {r: engine.backends[r].info for r in roles}
+    key = json.dumps(
+        [platform.processor() or platform.machine(), _cpu_brand(), threads, list(sizes)]
+        + [(r, i.source, i.sha256, i.backend) for r, i in sorted(infos.items())]
+    )
+    return cache_dir() / kind / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
+
+
+def _save(path: Path, record: dict) -> dict:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def auto(engine, threads: int) -> tuple[int, dict]:
+    """(batch size, the probe's record) for this engine on this machine; cached."""
     roles = batched_roles(engine)
     if not roles:
         return 1, {"reason": "no model here decodes several sequences in one call"}
-    infos = {r: engine.backends[r].info for r in roles}
-    key = json.dumps(
-        [platform.processor() or platform.machine(), _cpu_brand(), threads, CANDIDATES]
-        + [(r, i.source, i.sha256, i.backend) for r, i in sorted(infos.items())]
-    )
-    path = cache_dir() / "batch" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
+    path = _cache_path("batch", engine, roles, threads, CANDIDATES)
     if path.exists():
         record = json.loads(path.read_text())
         return int(record["batch"]), record
@@ -103,10 +116,49 @@ def auto(engine, threads: int) -> tuple[int, dict]:
         "cpu": _cpu_brand(),
         "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    _save(path, record)
     print(f"batch size {record['batch']} (probe saved in {path})", file=sys.stderr)
     return record["batch"], record
+
+
+def pass_costs(engine, sizes=PASS_SIZES, steps: int = 4) -> dict[str, dict[int, float]]:
+    """{"small" | "large": {n: seconds of one pass of n new tokens on one sequence}}: what a
+    speculative step costs on this machine (k one-token drafts, one verify pass of k + 1 tokens)
+    and small's catch-up. Each size is timed `steps` times on a PROBE_PROMPT-token context,
+    cropped back after each pass. Cached per machine, models and threads (cache_dir()/passes/)."""
+    roles = ["small", "large"]
+    threads = max(getattr(engine.backends[r], "threads", 1) for r in roles)
+    path = _cache_path("passes", engine, roles, threads, sizes)
+    if path.exists():
+        record = json.loads(path.read_text())
+    else:
+        print("measuring pass costs on this machine (once) ...", file=sys.stderr)
+        record = {"seconds": {r: _time_passes(engine.backends[r], sizes, steps) for r in roles}}
+        record.update(
+            threads=threads, cpu=_cpu_brand(), measured=time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        )
+        _save(path, record)
+    return {r: {int(n): float(s) for n, s in t.items()} for r, t in record["seconds"].items()}
+
+
+def _time_passes(backend, sizes, steps: int) -> dict[str, float]:
+    prompt = [1 + i % 100 for i in range(PROBE_PROMPT)]
+    out = {}
+    backend.reset()
+    backend.forward(prompt, 1)
+    for n in sizes:
+        ids = [7 + i % 50 for i in range(n)]
+        backend.forward(ids, 1)  # warm-up
+        backend.crop(PROBE_PROMPT)
+        backend.sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            backend.forward(ids, 1)
+            backend.crop(PROBE_PROMPT)
+        backend.sync()
+        out[str(n)] = round((time.perf_counter() - t0) / steps, 6)
+    backend.reset()
+    return out
 
 
 def _cpu_brand() -> str:

@@ -105,6 +105,8 @@ def run_run(args) -> int:
         session = {"batch": engine.batch, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         if engine.batch_probe:
             session["batch_probe"] = engine.batch_probe
+        if getattr(router, "costs", None):  # measured pass costs an adaptive schedule uses
+            session["pass_costs"] = router.costs
         manifest.setdefault("sessions", []).append(session)
         _write_json(out / "manifest.json", manifest)
         try:

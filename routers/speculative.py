@@ -9,6 +9,11 @@ exactly as large's own sampling; at temperature 0 it equals large's greedy outpu
     hybridbench generate --router speculative --router-arg k=4 --prompt "What is 17*23?"
     hybridbench generate --router speculative --router-arg adaptive=true --prompt "..."
 
+With `adaptive=true` k is chosen each step for the most expected tokens per second from the
+acceptance rate so far and the machine's measured pass costs (the CLI measures them once per
+machine, `harness.batching.pass_costs`), k = 0 (large alone) included;
+`schedule=heuristic` follows HF's heuristic k schedule instead.
+
 Notation, as in the paper and `routers.base`: q = small's next-token distribution, p = large's,
 both exactly the distributions the core samples from (`harness.sampling.distribution`).
 """
@@ -68,26 +73,89 @@ def _draw(probs: torch.Tensor, generator: torch.Generator) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+# Acceptance prior of the cost-aware schedule: 3 accepted drafts to 1 rejection (alpha = 0.75),
+# worth four observed tokens; and how many verify steps it sees before it may stop speculating.
+PRIOR_ACCEPTED, PRIOR_REJECTED, MIN_STEPS = 3.0, 1.0, 6
+SCHEDULES = ("cost", "heuristic")
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens one greedy step emits when each drafted token is accepted with probability alpha
+    independently: the accepted prefix plus large's token (Leviathan et al.'s (1 - a^(k+1)) / (1 - a))."""
+    return float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def seconds_for(table: dict, n: int) -> float:
+    """Seconds of one pass of n tokens, linear between (and beyond) the measured sizes."""
+    pts = sorted((int(m), float(s)) for m, s in table.items())
+    if len(pts) == 1:
+        return pts[0][1] * n / pts[0][0]
+    lo, hi = (pts[0], pts[1]) if n <= pts[0][0] else (pts[-2], pts[-1])
+    for a, b in zip(pts, pts[1:], strict=False):
+        if a[0] <= n <= b[0]:
+            lo, hi = a, b
+            break
+    return lo[1] + (hi[1] - lo[1]) * (n - lo[0]) / (hi[0] - lo[0])
+
+
+def best_k(alpha: float, costs: dict, max_k: int) -> int:
+    """The draft length with the most expected tokens per second: k small steps of one token and
+    one large pass of k + 1 tokens emit `expected_tokens(alpha, k)`; k = 0 is large alone."""
+
+    def rate(k: int) -> float:
+        if k == 0:
+            return 1.0 / seconds_for(costs["large"], 1)
+        step = k * seconds_for(costs["small"], 1) + seconds_for(costs["large"], k + 1)
+        return expected_tokens(alpha, k) / step
+
+    return max(range(max_k + 1), key=rate)
+
+
 class Speculative(Router):
     """Small drafts `k` tokens, large verifies them in one pass, the acceptance rule decides.
 
-    With `adaptive=true`, k follows HF's "heuristic" schedule within a generation: after a step
-    where every drafted token was accepted k += 2, else k = max(1, k - 1), capped at `max_k`;
-    each prompt starts again from `k` (HF's "heuristic_transient").
+    `adaptive=true` adapts k within a generation; each prompt starts again from `k`.
+    - `schedule=cost` (the default), from `costs`: seconds of one pass of n tokens per role,
+      {"small": {n: s}, "large": {n: s}}, which the CLI measures once per machine
+      (`harness.batching.pass_costs`, through `backends(engine)`) unless given. After each step
+      the acceptance rate alpha is re-estimated (accepted drafts over accepted + rejections, from
+      a 0.75 prior worth four tokens) and k is the `best_k` for alpha, up to `max_k`. When the
+      best is k = 0 (after at least 6 verify steps) speculation cannot pay on this machine at this
+      rate, and large decodes the rest alone: coming back would cost small a catch-up pass over
+      every token it skipped, which on a CPU is most of what the pause saved.
+    - `schedule=heuristic`: HF's "heuristic" schedule: after a step where every drafted token was
+      accepted k += 2, else k = max(1, k - 1), capped at `max_k` (HF's "heuristic_transient").
     """
 
     name = "speculative"
 
-    def __init__(self, k: int = 4, adaptive: bool = False, max_k: int = 32):
+    def __init__(
+        self,
+        k: int = 4,
+        adaptive: bool = False,
+        max_k: int = 32,
+        schedule: str = "cost",
+        costs: dict | None = None,
+    ):
         if not 1 <= k <= max_k:
             raise ValueError(f"k must be in [1, max_k={max_k}], got {k}")
-        self.k, self.adaptive, self.max_k = k, bool(adaptive), max_k
-        self._k = k
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        if costs is not None and not (
+            isinstance(costs, dict) and {"small", "large"} <= set(costs) and all(costs.values())
+        ):
+            raise ValueError("costs must map 'small' and 'large' to {tokens: seconds} tables")
+        self.k, self.adaptive, self.max_k, self.schedule = k, bool(adaptive), max_k, schedule
+        self.costs, self._costs_given = costs, costs is not None
+        self.reset()
 
     def reset(self) -> None:
-        self._k = self.k
+        self._k, self._steps = self.k, 0
+        self._accepted, self._rejected = PRIOR_ACCEPTED, PRIOR_REJECTED
 
     def needs(self) -> Needs:
+        if self._k == 0:  # large alone (the cost-aware schedule stopped speculating)
+            return Needs(draft_len=0)
         return Needs(draft_len=self._k, large_logits=True)
 
     def decide(self, view: StepView) -> Decision:
@@ -100,8 +168,35 @@ class Speculative(Router):
         if self.adaptive:
             # the core may draft fewer than asked (EOS, token budget): judge by what was drafted
             all_kept = n == len(view.draft)
-            self._k = min(self.max_k, self._k + 2) if all_kept else max(1, self._k - 1)
+            if self.schedule == "cost":
+                if not self.costs:
+                    raise ValueError(
+                        "adaptive speculative decoding (schedule=cost) needs the machine's pass "
+                        "costs: give costs=, or let the CLI measure them (router.backends(engine))"
+                    )
+                self._steps += 1
+                self._accepted += n
+                self._rejected += not all_kept
+                alpha = self._accepted / (self._accepted + self._rejected)
+                k = best_k(alpha, self.costs, self.max_k)
+                self._k = k if k or self._steps >= MIN_STEPS else max(1, self._k)
+            else:
+                self._k = min(self.max_k, self._k + 2) if all_kept else max(1, self._k - 1)
         return Decision(keep=n, defer=True, large_token=tok)
 
+    def backends(self, engine) -> dict:
+        """No models of its own; an adaptive router without a cost table gets this machine's
+        (measured once per machine and models, then cached: `harness.batching.pass_costs`)."""
+        if self.adaptive and self.schedule == "cost" and self.costs is None:
+            from harness import batching
+
+            self.costs = batching.pass_costs(engine)
+        return {}
+
     def describe(self) -> dict:
-        return {"k": self.k, "adaptive": self.adaptive, "max_k": self.max_k}
+        out = {"k": self.k, "adaptive": self.adaptive, "max_k": self.max_k}
+        if self.adaptive:
+            out["schedule"] = self.schedule
+        if self._costs_given:  # given, a table is a setting; measured, a fact of the machine
+            out["costs"] = self.costs
+        return out

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     examples = get_task("gsm8k").split("test")[: args.prompts]
     eos = engine.eos_ids
     cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, eos_ids=eos)
-    router = Speculative(k=args.k, adaptive=args.adaptive)
+    router = Speculative(k=args.k, adaptive=args.adaptive, schedule="heuristic")
     reference = _reference_records(args.reference, examples)
 
     def hf(ids, assistant):

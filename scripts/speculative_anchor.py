@@ -12,7 +12,8 @@ prompt, chat template applied), greedy, the same budget, EOS only (no stop strin
   server-md8      ... --spec-draft-n-max 8
   large           this project's core, `large` router, llama.cpp backend, one stream
   spec-k3         the core, `speculative` router, k = 3 (llama.cpp's default draft length)
-  spec-adaptive   the core, `speculative` router, adaptive=true (HF's heuristic k schedule)
+  spec-adaptive   the core, `speculative` router, adaptive=true (k from the acceptance rate and
+                  this machine's measured pass costs, k = 0 when speculation cannot pay)
 
 The servers take the prompt as token ids through `POST /completion` (return_tokens), one request
 at a time, prompt cache off; ours decodes one example at a time (B = 1). Every method runs on
@@ -125,6 +126,9 @@ def main(argv=None) -> int:
     eos = engine.eos_ids
     cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, eos_ids=eos)
 
+    routers = {name: get_router(r, kw) for name, (r, kw) in OURS.items()}
+    for router in routers.values():
+        router.backends(engine)  # the adaptive schedule's pass costs, measured once
     servers = {}
     try:
         for name, draft in SERVERS.items():
@@ -145,8 +149,8 @@ def main(argv=None) -> int:
                 if SERVERS[name] and not r["draft_n"]:
                     raise SystemExit(f"{name} drafted no tokens: it did not speculate")
                 row[name] = r
-            for name, (router, kw) in OURS.items():
-                g = engine.generate(get_router(router, kw), ids, cfg)
+            for name, router in routers.items():
+                g = engine.generate(router, ids, cfg)
                 row[name] = {"ids": [t for t in g.token_ids if t not in eos], "seconds": g.seconds}
             ref = row["server"]["ids"]
             for name in list(SERVERS)[1:] + list(OURS):
@@ -157,7 +161,10 @@ def main(argv=None) -> int:
                     row[name]["margin"] = margin_at(engine.backends["large"], ids, ref, d)
             rows.append(row)
             tmp = out / "results.json.tmp"
-            tmp.write_text(json.dumps({"settings": settings, "rows": rows}, indent=1))
+            costs = routers["spec-adaptive"].costs
+            tmp.write_text(
+                json.dumps({"settings": settings, "pass_costs": costs, "rows": rows}, indent=1)
+            )
             tmp.replace(out / "results.json")
             print(
                 f"[{n + 1}/{args.prompts}] {ex.id}: "

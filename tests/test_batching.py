@@ -23,7 +23,7 @@ from routers.citer import CiterMLP
 from routers.query import QueryClassifier
 from routers.reward import RewardBackend, model_info
 from tests.test_reward import tiny_reward
-from tests.tiny import BACKENDS, llamacpp_backend, tiny_backends, tiny_gguf_pair
+from tests.tiny import BACKENDS, CPU_LIKE, GPU_LIKE, llamacpp_backend, tiny_backends, tiny_gguf_pair
 
 B = 3
 PROMPTS = [
@@ -67,7 +67,9 @@ ROUTERS = [
     ("entropy", {"threshold": 3.0}),
     ("oracle", {}),
     ("speculative", {"k": 4}),
-    ("speculative", {"k": 2, "adaptive": True}),
+    ("speculative", {"k": 2, "adaptive": True, "schedule": "heuristic"}),
+    ("speculative", {"k": 2, "adaptive": True, "costs": CPU_LIKE}),  # stops speculating
+    ("speculative", {"k": 2, "adaptive": True, "costs": GPU_LIKE}),
     ("citer", {"draft_len": 2}),
     ("reward", {}),
     ("query", {}),

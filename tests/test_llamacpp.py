@@ -17,7 +17,15 @@ from harness.backends.llamacpp import LlamaCppBackend, gguf_info
 from harness.core import DecodeConfig, _Run, catch_up, drive, generate, rollback
 from harness.errors import UserError
 from routers import get_router
-from tests.tiny import greedy_reference, llamacpp_backend, tiny_backends, tiny_gguf_pair, tiny_pair
+from tests.tiny import (
+    CPU_LIKE,
+    GPU_LIKE,
+    greedy_reference,
+    llamacpp_backend,
+    tiny_backends,
+    tiny_gguf_pair,
+    tiny_pair,
+)
 
 PROMPT = [1, 33, 31, 17, 30, 99, 20, 21, 97, 32, 20, 17, 2, 99, 1, 13]
 N = 24
@@ -105,7 +113,9 @@ def test_keep_everything_equals_llamacpp_own_greedy(pair):
         ("random", {"p": 1.0}),
         ("oracle", {}),
         ("speculative", {"k": 4}),
-        ("speculative", {"adaptive": True}),
+        ("speculative", {"adaptive": True, "schedule": "heuristic"}),
+        ("speculative", {"adaptive": True, "costs": CPU_LIKE}),
+        ("speculative", {"adaptive": True, "costs": GPU_LIKE}),
     ],
 )
 def test_large_equivalent_routers_equal_large_greedy(pair, name, args):

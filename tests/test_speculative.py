@@ -16,7 +16,7 @@ from routers import get_router
 from routers.base import StepView
 from routers.speculative import Speculative, greedy_accept, speculative_sampling
 from tests.test_core import PROMPT, N, hf_greedy
-from tests.tiny import BACKENDS, tiny_backends
+from tests.tiny import BACKENDS, CPU_LIKE, GPU_LIKE, tiny_backends
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -36,7 +36,16 @@ def spec(pair, args, **cfg):
 # ---------------------------------------------------------------- temperature 0
 
 
-@pytest.mark.parametrize("args", [{"k": 1}, {"k": 3}, {"k": 5}, {"k": 2, "adaptive": True}])
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"k": 1},
+        {"k": 3},
+        {"k": 5},
+        {"k": 2, "adaptive": True, "schedule": "heuristic"},
+        {"k": 2, "adaptive": True, "costs": GPU_LIKE},
+    ],
+)
 def test_greedy_equals_large_generate(pair, args):
     g = spec(pair, args, max_new_tokens=N)
     assert list(g.token_ids) == hf_greedy(pair["large"])
@@ -77,8 +86,47 @@ def test_greedy_accept_is_the_zero_temperature_limit():
         assert speculative_sampling(draft, q, p, g) == greedy_accept(draft, large)
 
 
+def test_cost_schedule_stops_speculating_where_it_cannot_pay(pair):
+    """CPU_LIKE: after MIN_STEPS verify steps large decodes alone (drafted 0), for good; the
+    output is still large's greedy one."""
+    from routers.speculative import MIN_STEPS
+
+    g = spec(pair, {"k": 2, "adaptive": True, "costs": CPU_LIKE}, max_new_tokens=N)
+    assert list(g.token_ids) == hf_greedy(pair["large"])
+    drafted = [s.drafted for s in g.steps]
+    assert all(d > 0 for d in drafted[:MIN_STEPS]) and set(drafted[MIN_STEPS:]) == {0}
+    assert len(drafted) > MIN_STEPS  # the switch did happen within the budget
+
+
+def test_best_k_follows_acceptance_and_costs():
+    from routers.speculative import best_k, expected_tokens, seconds_for
+
+    assert expected_tokens(0.0, 4) == 1.0 and expected_tokens(1.0, 4) == 5.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+    assert seconds_for({1: 0.1, 33: 3.3}, 17) == pytest.approx(1.7)
+    assert seconds_for({1: 0.05}, 4) == pytest.approx(0.2)  # one point: proportional
+    assert seconds_for({2: 0.2, 4: 0.3}, 1) == pytest.approx(0.15)  # extrapolated below
+    assert best_k(0.99, CPU_LIKE, 32) == 0  # verify costs its tokens one by one: never pays
+    assert best_k(0.0, GPU_LIKE, 32) == 0  # nothing is accepted: large alone
+    ks = [best_k(a, GPU_LIKE, 32) for a in (0.3, 0.6, 0.8, 0.95)]
+    assert ks == sorted(ks) and ks[0] >= 1 and ks[-1] > ks[0]  # more acceptance, longer drafts
+
+
+def test_cost_schedule_needs_costs():
+    r = Speculative(k=2, adaptive=True)
+    view = StepView(
+        0, torch.tensor([1, 1]), torch.zeros(2, 5), None, torch.zeros(3, 5), None, 0.0, 1.0, None
+    )
+    with pytest.raises(ValueError, match="needs the machine's pass costs"):
+        r.decide(view)
+    assert Speculative(k=2, adaptive=True, schedule="heuristic").decide(view).keep == 0
+    with pytest.raises(ValueError, match="costs must map"):
+        Speculative(costs={"small": {1: 0.1}})
+    assert r.describe()["schedule"] == "cost"
+
+
 def test_adaptive_schedule_follows_hf_heuristic():
-    r = Speculative(k=3, adaptive=True, max_k=6)
+    r = Speculative(k=3, adaptive=True, max_k=6, schedule="heuristic")
     large = torch.zeros(8, 5)
     large[:, 1] = 1.0  # large always wants token 1
 
@@ -215,3 +263,21 @@ def test_sampled_output_is_distributed_as_large(temperature, top_p, args):
     # negative control: the test rejects small's own sequence distribution
     stat_small, df_small = chi2_stat(counts, sequence_probs(small_t, 1, n, temperature, top_p))
     assert stat_small > chi2_critical(df_small)
+
+
+def test_pass_costs_are_measured_once_and_feed_the_schedule(pair, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from harness.batching import PASS_SIZES, pass_costs
+
+    monkeypatch.setenv("HYBRIDBENCH_CACHE", str(tmp_path))
+    engine = SimpleNamespace(backends=pair)
+    costs = pass_costs(engine, steps=1)
+    assert set(costs) == {"small", "large"}
+    assert all(set(t) == set(PASS_SIZES) and min(t.values()) > 0 for t in costs.values())
+    assert len(list((tmp_path / "passes").glob("*.json"))) == 1
+    assert pass_costs(engine, steps=1) == costs  # the cached measurement, not a new one
+    r = Speculative(k=2, adaptive=True)
+    assert r.backends(engine) == {} and r.costs == costs
+    g = generate(pair, r, PROMPT, DecodeConfig(max_new_tokens=N))
+    assert list(g.token_ids) == hf_greedy(pair["large"])

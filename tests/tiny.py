@@ -182,3 +182,9 @@ def save_tiny_pair(root, seed: int = 2):
         tok.save_pretrained(root / name)
         out.append(str(root / name))
     return tuple(out)
+
+
+# Pass-cost tables (seconds of one pass of n tokens): on CPU_LIKE a verify pass costs as much as
+# its tokens decoded one by one, so speculation never pays; on GPU_LIKE it costs about one step.
+CPU_LIKE = {"small": {1: 0.05}, "large": {1: 0.1, 2: 0.2, 33: 3.3}}
+GPU_LIKE = {"small": {1: 0.01}, "large": {1: 0.1, 33: 0.12}}
