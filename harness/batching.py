@@ -121,11 +121,13 @@ def auto(engine, threads: int) -> tuple[int, dict]:
     return record["batch"], record
 
 
-def pass_costs(engine, sizes=PASS_SIZES, steps: int = 4) -> dict[str, dict[int, float]]:
+def pass_costs(engine, sizes=PASS_SIZES, rounds: int = 5) -> dict[str, dict[int, float]]:
     """{"small" | "large": {n: seconds of one pass of n new tokens on one sequence}}: what a
     speculative step costs on this machine (k one-token drafts, one verify pass of k + 1 tokens)
-    and small's catch-up. Each size is timed `steps` times on a PROBE_PROMPT-token context,
-    cropped back after each pass. Cached per machine, models and threads (cache_dir()/passes/)."""
+    and small's catch-up. On a PROBE_PROMPT-token context, cropped back after each pass: every
+    size twice to warm up (weights paged in), then `rounds` rounds over all sizes; the median per
+    size, made non-decreasing in n (a pass of fewer tokens never costs more). Cached per machine,
+    models and threads (cache_dir()/passes/)."""
     roles = ["small", "large"]
     threads = max(getattr(engine.backends[r], "threads", 1) for r in roles)
     path = _cache_path("passes", engine, roles, threads, sizes)
@@ -133,7 +135,7 @@ def pass_costs(engine, sizes=PASS_SIZES, steps: int = 4) -> dict[str, dict[int, 
         record = json.loads(path.read_text())
     else:
         print("measuring pass costs on this machine (once) ...", file=sys.stderr)
-        record = {"seconds": {r: _time_passes(engine.backends[r], sizes, steps) for r in roles}}
+        record = {"seconds": {r: _time_passes(engine.backends[r], sizes, rounds) for r in roles}}
         record.update(
             threads=threads, cpu=_cpu_brand(), measured=time.strftime("%Y-%m-%dT%H:%M:%S%z")
         )
@@ -141,24 +143,35 @@ def pass_costs(engine, sizes=PASS_SIZES, steps: int = 4) -> dict[str, dict[int, 
     return {r: {int(n): float(s) for n, s in t.items()} for r, t in record["seconds"].items()}
 
 
-def _time_passes(backend, sizes, steps: int) -> dict[str, float]:
+def _time_passes(backend, sizes, rounds: int) -> dict[str, float]:
+    import statistics
+
     prompt = [1 + i % 100 for i in range(PROBE_PROMPT)]
-    out = {}
     backend.reset()
     backend.forward(prompt, 1)
-    for n in sizes:
-        ids = [7 + i % 50 for i in range(n)]
-        backend.forward(ids, 1)  # warm-up
-        backend.crop(PROBE_PROMPT)
+
+    def one_pass(n: int) -> float:
         backend.sync()
         t0 = time.perf_counter()
-        for _ in range(steps):
-            backend.forward(ids, 1)
-            backend.crop(PROBE_PROMPT)
+        backend.forward([7 + i % 50 for i in range(n)], 1)
         backend.sync()
-        out[str(n)] = round((time.perf_counter() - t0) / steps, 6)
+        seconds = time.perf_counter() - t0
+        backend.crop(PROBE_PROMPT)
+        return seconds
+
+    for _ in range(2):
+        for n in sizes:
+            one_pass(n)
+    times = {n: [] for n in sizes}
+    for _ in range(rounds):
+        for n in sizes:
+            times[n].append(one_pass(n))
     backend.reset()
-    return out
+    out, floor = {}, float("inf")
+    for n in sorted(sizes, reverse=True):
+        floor = min(floor, statistics.median(times[n]))
+        out[str(n)] = round(floor, 6)
+    return {n: out[n] for n in sorted(out, key=int)}
 
 
 def _cpu_brand() -> str:

@@ -272,11 +272,12 @@ def test_pass_costs_are_measured_once_and_feed_the_schedule(pair, tmp_path, monk
 
     monkeypatch.setenv("HYBRIDBENCH_CACHE", str(tmp_path))
     engine = SimpleNamespace(backends=pair)
-    costs = pass_costs(engine, steps=1)
+    costs = pass_costs(engine, rounds=1)
     assert set(costs) == {"small", "large"}
     assert all(set(t) == set(PASS_SIZES) and min(t.values()) > 0 for t in costs.values())
+    assert all(list(t.values()) == sorted(t.values()) for t in costs.values())  # monotone in n
     assert len(list((tmp_path / "passes").glob("*.json"))) == 1
-    assert pass_costs(engine, steps=1) == costs  # the cached measurement, not a new one
+    assert pass_costs(engine, rounds=1) == costs  # the cached measurement, not a new one
     r = Speculative(k=2, adaptive=True)
     assert r.backends(engine) == {} and r.costs == costs
     g = generate(pair, r, PROMPT, DecodeConfig(max_new_tokens=N))
