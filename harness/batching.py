@@ -150,10 +150,12 @@ def _time_passes(backend, sizes, rounds: int) -> dict[str, float]:
     backend.reset()
     backend.forward(prompt, 1)
 
+    ids = {n: [7 + i % 50 for i in range(n)] for n in sizes}
+
     def one_pass(n: int) -> float:
         backend.sync()
         t0 = time.perf_counter()
-        backend.forward([7 + i % 50 for i in range(n)], 1)
+        backend.forward(ids[n], 1)
         backend.sync()
         seconds = time.perf_counter() - t0
         backend.crop(PROBE_PROMPT)

@@ -20,6 +20,8 @@ both exactly the distributions the core samples from (`harness.sampling.distribu
 
 from __future__ import annotations
 
+import bisect
+
 import torch
 
 from harness.sampling import distribution
@@ -90,12 +92,9 @@ def seconds_for(table: dict, n: int) -> float:
     pts = sorted((int(m), float(s)) for m, s in table.items())
     if len(pts) == 1:
         return pts[0][1] * n / pts[0][0]
-    lo, hi = (pts[0], pts[1]) if n <= pts[0][0] else (pts[-2], pts[-1])
-    for a, b in zip(pts, pts[1:], strict=False):
-        if a[0] <= n <= b[0]:
-            lo, hi = a, b
-            break
-    return lo[1] + (hi[1] - lo[1]) * (n - lo[0]) / (hi[0] - lo[0])
+    i = min(max(bisect.bisect_left([m for m, _ in pts], n), 1), len(pts) - 1)
+    (n0, s0), (n1, s1) = pts[i - 1], pts[i]
+    return s0 + (s1 - s0) * (n - n0) / (n1 - n0)
 
 
 def best_k(alpha: float, costs: dict, max_k: int) -> int:
