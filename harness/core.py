@@ -27,7 +27,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -75,6 +75,9 @@ class _Run:
     provenance: list[int] = field(default_factory=list)
     forwards: list[ForwardRecord] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)
+    # role -> (cache length, last row's output, its hidden state or None): what a model's last
+    # pass returned at the end of its cache, so asking again for that row costs no pass
+    last: dict = field(default_factory=dict)
 
 
 def catch_up(
@@ -84,14 +87,21 @@ def catch_up(
 
     Returns its outputs at the last `n_rows` positions of `seq` (and the hidden states there).
     When the cache already holds more than `len(seq) - n_rows` tokens it is cropped first, so
-    the pass always re-reads at least the rows asked for.
+    the pass always re-reads at least the rows asked for, unless only the last row is asked for
+    and the model's previous pass ended exactly there (e.g. small's first token after a query
+    router's prefill): then that pass's last row is returned and no pass runs.
     """
     m = run.models[role]
+    memo = run.last.get(role)
+    fresh = memo and memo[0] == m.length == len(seq) and (memo[2] is not None or not hidden)
+    if n_rows == 1 and fresh:
+        return memo[1][None], (memo[2][None] if hidden else None)
     m.crop(min(m.length, len(seq) - n_rows))
     before, new = m.length, seq[m.length :]
     phase = "prefill" if before == 0 else phase or _PHASE[role]
     out, h, seconds = yield Call(m, new, n_rows, hidden)
     run.forwards.append(ForwardRecord(role, phase, len(new), before, seconds))
+    run.last[role] = (m.length, out[-1], None if h is None else h[-1])
     return out, h
 
 
@@ -182,6 +192,9 @@ class Job:
     prompt_ids: list[int]
     cfg: DecodeConfig
     router: Router | None = None  # this job's router; None: the one given to generate_many
+    # a query router's answers decoded before, by route ("small"/"large": that model's greedy
+    # Generation for this prompt and cfg): the route's answer is reused instead of decoded again
+    answers: dict | None = None
 
 
 def generate_many(
@@ -208,7 +221,9 @@ def generate_many(
                 break
             i = free.pop()
             r = copy.deepcopy(job.router or router)
-            steps = decode_steps(slots[i], r, job.prompt_ids, job.cfg, decode, clock)
+            steps = decode_steps(
+                slots[i], r, job.prompt_ids, job.cfg, decode, clock, answers=job.answers
+            )
             active[i] = [job, steps, None]
             yield from _advance(active, free, i, None)
         if not active:
@@ -282,8 +297,12 @@ def decode_steps(
     cfg: DecodeConfig,
     decode: Callable[[list[int]], str] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    answers: dict | None = None,
 ) -> Steps:
-    """The decode loop of one generation (see `generate`), as a generator of model calls."""
+    """The decode loop of one generation (see `generate`), as a generator of model calls.
+
+    `answers` (query routers only, see `Job`): the chosen route's answer, when given, is that
+    Generation behind this generation's own routing pass (`reused_answer`), not decoded again."""
     run = _Run(models, list(prompt_ids), len(prompt_ids), clock)
     gen = torch.Generator().manual_seed(cfg.seed)
     for m in models.values():
@@ -293,6 +312,8 @@ def decode_steps(
     # 1. query routers decide once, then the answer is small-only or large-only
     if router.needs().query:
         query_route = yield from route_query(run, router, gen)
+        if answers and query_route in answers:
+            return reused_answer(run, answers[query_route], query_route, clock() - start)
         router = SmallOnly() if query_route == "small" else LargeOnly()
     while len(run.provenance) < cfg.max_new_tokens:
         t0, n_before = clock(), len(run.forwards)
@@ -356,6 +377,33 @@ def decode_steps(
         seconds=clock() - start,
         ttft=ttft,
         query_route=query_route,
+    )
+
+
+def reused_answer(run: _Run, answer: Generation, route: str, routing_s: float) -> Generation:
+    """What decoding the query route `route` after the routing pass in `run` gives, from that
+    route's answer decoded on its own before (greedy: the same tokens). Small's route continues
+    from the routing prefill (`catch_up`'s last-row reuse), so small's own prefill is replaced by
+    the routing one; large's answer follows it. Seconds are the routing pass's plus the answer's
+    (its own prefill's taken out on the small route)."""
+    if len(answer.prompt_ids) != run.n_prompt:
+        raise ValueError(
+            f"the reused {route} answer read a prompt of {len(answer.prompt_ids)} tokens, "
+            f"this one has {run.n_prompt}"
+        )
+    forwards = answer.forwards
+    saved = 0.0
+    if route == "small":
+        if not forwards or forwards[0].phase != "prefill" or forwards[0].model != "small":
+            raise ValueError("the reused small answer does not start with small's prefill")
+        saved, forwards = forwards[0].seconds, forwards[1:]
+    return replace(
+        answer,
+        prompt_ids=tuple(run.tokens[: run.n_prompt]),
+        forwards=tuple(run.forwards) + tuple(forwards),
+        seconds=routing_s + answer.seconds - saved,
+        ttft=routing_s + answer.ttft - saved,
+        query_route=route,
     )
 
 

@@ -287,6 +287,8 @@ def throughput(manifest: Mapping) -> dict[str, float]:
     batch                 the largest batch size any session used (1 = unbatched)
     throughput_tok_per_s  emitted tokens / wall seconds, over all sessions (scoring included)
     examples_per_hour     examples / wall hours, over all sessions
+    throughput_modeled    True when a session reused answers decoded by other runs (`run
+                          --reuse-answers`): its wall seconds add their decoding time there
     """
     sessions = [s for s in manifest.get("sessions") or [] if s.get("wall_s")]
     wall = sum(float(s["wall_s"]) for s in sessions)
@@ -294,6 +296,7 @@ def throughput(manifest: Mapping) -> dict[str, float]:
         "batch": max([int(s.get("batch", 1)) for s in sessions] or [1]),
         "throughput_tok_per_s": _ratio(sum(s.get("tokens", 0) for s in sessions), wall),
         "examples_per_hour": _ratio(3600 * sum(s.get("examples", 0) for s in sessions), wall),
+        "throughput_modeled": any(s.get("reused", {}).get("examples") for s in sessions),
     }
 
 
@@ -315,7 +318,7 @@ def summarize(
     bytes_per_token         `bytes_per_token`
     ttft_s, tpot_s, e2e_s, decode_s, tok_per_s   `latency`: per stream, so NaN for a run
                             that decoded several examples at once (batch > 1)
-    batch, throughput_tok_per_s, examples_per_hour   `throughput`
+    batch, throughput_tok_per_s, examples_per_hour, throughput_modeled   `throughput`
     """
     ok = ok_records(records)
     models = manifest.get("models") or {}

@@ -91,6 +91,28 @@ class Generation:
             "forwards": _columns(self.forwards, ForwardRecord),
         }
 
+    @classmethod
+    def from_json(cls, d: dict, prompt_ids: tuple[int, ...]) -> Generation:
+        """Inverse of `to_json`, given the prompt it was decoded from (the JSON keeps only its
+        length, checked here)."""
+        if d.get("n_prompt_tokens") != len(prompt_ids):
+            raise ValueError(
+                f"generation of a {d.get('n_prompt_tokens')}-token prompt, "
+                f"given {len(prompt_ids)} prompt tokens"
+            )
+        return cls(
+            prompt_ids=tuple(prompt_ids),
+            token_ids=tuple(d["token_ids"]),
+            text=d["text"],
+            provenance=tuple(d["provenance"]),
+            stop_reason=d["stop_reason"],
+            steps=rows_from_columns(d["steps"], StepRecord),
+            forwards=rows_from_columns(d["forwards"], ForwardRecord),
+            seconds=d["seconds"],
+            ttft=float("nan") if d["ttft"] is None else d["ttft"],
+            query_route=d.get("query_route", ""),
+        )
+
 
 def _columns(rows, cls) -> dict[str, list]:
     names = list(cls.__dataclass_fields__)

@@ -55,6 +55,14 @@ def configure_run(p) -> None:
     options.add_decode_args(p, max_new_tokens=None)
     options.add_model_args(p)
     options.add_batch_arg(p)
+    p.add_argument(
+        "--reuse-answers",
+        default=None,
+        metavar="SMALL_RUN,LARGE_RUN",
+        help="query routers, greedy: take each prompt's answer from these small-only and "
+        "large-only run folders (same task, split, decoding and models) instead of decoding it "
+        "again; only the routing prefill runs. Throughput is then modeled (README)",
+    )
 
 
 def run_run(args) -> int:
@@ -99,6 +107,7 @@ def run_run(args) -> int:
     manifest["transfer"] = bool(trained) and task.name not in trained
     done = load_records(out / "records.jsonl", repair=True)
     todo = [ex for ex in examples if ex.id not in done]
+    reuse = reused_runs(args.reuse_answers, router, identity, cfg) if args.reuse_answers else None
     if todo:
         engine = engine_from_args(args, router)
         manifest["models"] = engine.model_infos()
@@ -111,7 +120,16 @@ def run_run(args) -> int:
         _write_json(out / "manifest.json", manifest)
         try:
             decode_examples(
-                engine, router, task, todo, cfg, out / "records.jsonl", args.split, done, session
+                engine,
+                router,
+                task,
+                todo,
+                cfg,
+                out / "records.jsonl",
+                args.split,
+                done,
+                session,
+                reuse,
             )
         finally:  # the session's throughput is kept even when it is interrupted
             _write_json(out / "manifest.json", manifest)
@@ -144,18 +162,36 @@ def _open_run(out: Path, identity: dict, args) -> dict:
 
 
 def decode_examples(
-    engine, router, task, examples, cfg, path: Path, split: str, done: dict, session=None
+    engine,
+    router,
+    task,
+    examples,
+    cfg,
+    path: Path,
+    split: str,
+    done: dict,
+    session=None,
+    reuse: dict | None = None,
 ) -> None:
     """Decode `engine.batch` examples at a time (`Engine.generate_many`), score and append each
     as it finishes; a failure is recorded (and retried on resume). `session` (a dict) gets the
-    examples, emitted tokens and wall seconds of this call, also when it is interrupted."""
+    examples, emitted tokens and wall seconds of this call, also when it is interrupted.
+    `reuse` (`reused_runs`): a query router's answers are taken from those runs, and the
+    session's wall seconds add what decoding them took there (`reused_seconds`)."""
     from tqdm import tqdm
 
     from harness.core import Job
 
     session = session if session is not None else {}
     session.update(examples=0, tokens=0, wall_s=0.0)
-    jobs = (Job(ex, engine.encode(ex.messages), cfg) for ex in examples)
+    if reuse:
+        session["reused"] = {"runs": reuse["runs"], "examples": 0, "seconds": 0.0}
+
+    def make_job(ex):
+        ids = engine.encode(ex.messages)
+        return Job(ex, ids, cfg, answers=reused_answers(reuse, ex.id, ids) if reuse else None)
+
+    jobs = (make_job(ex) for ex in examples)
     bar = tqdm(total=len(examples), desc=f"{task.name}/{router.name}", unit="ex", file=sys.stderr)
     start = time.perf_counter()
     try:
@@ -189,11 +225,75 @@ def decode_examples(
                     done[ex.id] = rec
                     session["examples"] += 1
                     session["tokens"] += len(gen.token_ids)
+                    if job.answers and gen.query_route in job.answers:
+                        session["reused"]["examples"] += 1
+                        session["reused"]["seconds"] += reuse["seconds"][gen.query_route](gen)
                 bar.update()
                 bar.set_postfix_str(_progress(done.values(), task.metric))
     finally:
         session["wall_s"] = round(time.perf_counter() - start, 3)
+        if reuse:  # what the reused answers took to decode in their own runs (modeled)
+            session["measured_wall_s"] = session["wall_s"]
+            session["wall_s"] = round(session["wall_s"] + session["reused"]["seconds"], 3)
         bar.close()
+
+
+# What must match between a run and the small-only / large-only runs whose answers it reuses.
+REUSE_IDENTITY = ("task", "task_args", "split", "split_seed", "decode", "model_sources")
+
+
+def reused_runs(spec: str, router, identity: dict, cfg) -> dict:
+    """`--reuse-answers SMALL_RUN,LARGE_RUN`: {"runs": {route: folder}, "records": {route:
+    {example_id: record}}, "seconds": {route: generation -> modeled seconds}}, after checking
+    that the router is query-level, decoding is greedy and both runs decoded the same task split
+    with the same decoding and models as this run. A route's modeled seconds for an answer are
+    its tokens over that run's measured throughput (its batch size's, all its sessions)."""
+    from harness.metrics import throughput
+
+    if not router.needs().query:
+        raise UserError(f"--reuse-answers is for query routers; {router.name} decodes per token")
+    if cfg.temperature != 0:
+        raise UserError("--reuse-answers needs greedy decoding (--temperature 0)")
+    folders = [Path(f.strip()) for f in spec.split(",")]
+    if len(folders) != 2 or not all(str(f) != "." for f in folders):
+        raise UserError(f"--reuse-answers takes SMALL_RUN,LARGE_RUN, got {spec!r}")
+    out: dict = {"runs": {}, "records": {}, "seconds": {}}
+    for route, folder in zip(("small", "large"), folders, strict=True):
+        path = folder / "manifest.json"
+        if not path.is_file():
+            raise UserError(f"--reuse-answers: {folder} is not a run folder (no manifest.json)")
+        theirs = json.loads(path.read_text())
+        if theirs.get("router") != route:
+            raise UserError(
+                f"--reuse-answers: {folder} is a {theirs.get('router')} run, not a {route} one"
+            )
+        diff = [k for k in REUSE_IDENTITY if theirs.get(k) != identity.get(k)]
+        if diff:
+            raise UserError(f"--reuse-answers: {folder} differs from this run in {', '.join(diff)}")
+        rate = throughput(theirs)["throughput_tok_per_s"]
+        if not rate > 0:
+            raise UserError(f"--reuse-answers: {folder} has no measured throughput")
+        out["runs"][route] = str(folder)
+        out["records"][route] = load_records(folder / "records.jsonl")
+        out["seconds"][route] = lambda gen, rate=rate: len(gen.token_ids) / rate
+    return out
+
+
+def reused_answers(reuse: dict, example_id: str, prompt_ids: list[int]) -> dict:
+    """{route: Generation} of the reused runs' answers to this example (routes that have one)."""
+    from harness.records import Generation
+
+    answers = {}
+    for route, records in reuse["records"].items():
+        if example_id in records:
+            try:
+                answers[route] = Generation.from_json(records[example_id]["generation"], prompt_ids)
+            except ValueError as e:
+                raise UserError(
+                    f"--reuse-answers: {reuse['runs'][route]} answered {example_id} from another "
+                    f"prompt ({e})"
+                ) from None
+    return answers
 
 
 def _progress(records, metric: str) -> str:

@@ -101,6 +101,12 @@ def configure_sweep(p) -> None:
     p.add_argument("--jobs", type=int, default=1, help="local: runs at once (default 1)")
     p.add_argument("--ray-address", default=None, help="ray: address of an existing cluster")
     p.add_argument("--ray-cpus", type=float, default=1, help="ray: CPUs each run reserves")
+    p.add_argument(
+        "--reuse-answers",
+        default=None,
+        metavar="SMALL_RUN,LARGE_RUN",
+        help="passed to the runs of query routers only (see `hybridbench run --help`)",
+    )
     _add_run_options(p)
 
 
@@ -182,12 +188,17 @@ def plan(args, out: Path) -> list[Job]:
             settings = [pinned]
         for setting in settings:
             router_args = {**fixed[router], **setting}
-            get_router(router, router_args)  # a wrong argument fails here, not in run 7 of 20
+            # a wrong argument fails here, not in run 7 of 20
+            query = get_router(router, router_args).needs().query
             name = f"{router}__{setting_name(setting)}"
             if name in names:
                 continue  # a repeated target gives the same run
             names.add(name)
-            jobs.append(Job(name, router, setting, run_argv(args, router, router_args, out / name)))
+            argv = run_argv(args, router, router_args, out / name)
+            if query and getattr(args, "reuse_answers", None):
+                folders = [str(Path(f.strip()).resolve()) for f in args.reuse_answers.split(",")]
+                argv += ("--reuse-answers", ",".join(folders))
+            jobs.append(Job(name, router, setting, argv))
     return jobs
 
 
