@@ -11,7 +11,8 @@
 #              before `report` (scripts/issue14_runs.sh --collect)
 #   token      random p, entropy, confidence (calibrated on calib), reward, citer (issue 13's
 #              routers, when their checkpoints exist) at target shares 0.1, 0.2, 0.35
-#   query      query (issue 13), random_query at prompt shares 0.1, 0.2, 0.35
+#   query      query (issue 13), random_query at prompt shares 0.1, 0.2, 0.35, their answers
+#              reused from issue 11's small/large runs (`--reuse-answers`)
 # Thresholds come from calib (`hybridbench calibrate` over small's calib answers), never by hand.
 set -uo pipefail
 LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
@@ -81,8 +82,12 @@ for task in gsm8k mbpp humaneval; do
         ck="$TRAINED/$r-$src/$r.pt"; [ $r = citer ] && ck="$TRAINED/citer-ref-$src/citer.pt"
         [ -f "$ck" ] && routers+=,$r && args+=(--router-arg "$r:path=$ck")
     done
+    # query routers take their answers from issue 11's small-only / large-only runs (greedy: the
+    # same tokens; only the routing prefill runs, their throughput is modeled, README)
+    reuse=(); [ -d "runs/validity/$task-large" ] && \
+        reuse=(--reuse-answers "runs/validity/$task-small,runs/validity/$task-large")
     step hybridbench sweep --task $task --split test --limit $n --routers $routers \
-        --targets $TARGETS "${args[@]}" "${MODELS[@]}" --out "$OUT/$task"
+        --targets $TARGETS "${args[@]}" "${reuse[@]}" "${MODELS[@]}" --out "$OUT/$task"
     step hybridbench sweep --task $task --split test --limit $n --routers speculative \
         --router-arg speculative:adaptive=true "${MODELS[@]}" --out "$OUT/$task"
     # random at each share a token router realized with no random run within 2 points of it,
