@@ -59,9 +59,10 @@ def configure_run(p) -> None:
         "--reuse-answers",
         default=None,
         metavar="SMALL_RUN,LARGE_RUN",
-        help="query routers, greedy: take each prompt's answer from these small-only and "
-        "large-only run folders (same task, split, decoding and models) instead of decoding it "
-        "again; only the routing prefill runs. Throughput is then modeled (README)",
+        help="query routers and the oracle, greedy: take each prompt's answer from these "
+        "small-only and large-only run folders (same task, split, decoding and models) instead "
+        "of decoding it again; only the routing prefill (the oracle: one teacher-forced small "
+        "pass) runs. Throughput is then modeled (README)",
     )
 
 
@@ -176,8 +177,9 @@ def decode_examples(
     """Decode `engine.batch` examples at a time (`Engine.generate_many`), score and append each
     as it finishes; a failure is recorded (and retried on resume). `session` (a dict) gets the
     examples, emitted tokens and wall seconds of this call, also when it is interrupted.
-    `reuse` (`reused_runs`): a query router's answers are taken from those runs, and the
-    session's wall seconds add what decoding them took there (`reused_seconds`)."""
+    `reuse` (`reused_runs`): a query router's answers are taken from those runs, the oracle's
+    replayed along large's (`harness.replay`); the session's wall seconds then count each reused
+    example's modeled seconds (`reused_seconds`) instead of the time spent reusing it."""
     from tqdm import tqdm
 
     from harness.core import Job
@@ -186,17 +188,24 @@ def decode_examples(
     session.update(examples=0, tokens=0, wall_s=0.0)
     if reuse:
         session["reused"] = {"runs": reuse["runs"], "examples": 0, "seconds": 0.0}
+        reuse["spent"] = 0.0
 
     def make_job(ex):
         ids = engine.encode(ex.messages)
         return Job(ex, ids, cfg, answers=reused_answers(reuse, ex.id, ids) if reuse else None)
 
     jobs = (make_job(ex) for ex in examples)
+    if reuse and reuse["mode"] == "oracle":
+        from harness.replay import oracle_generations
+
+        generations = oracle_generations(engine, router, jobs, reuse)
+    else:
+        generations = engine.generate_many(router, jobs)
     bar = tqdm(total=len(examples), desc=f"{task.name}/{router.name}", unit="ex", file=sys.stderr)
     start = time.perf_counter()
     try:
         with path.open("a", encoding="utf-8") as f:
-            for job, gen in engine.generate_many(router, jobs):
+            for job, gen in generations:
                 ex, error, scores = job.key, "", {}
                 if isinstance(gen, UserError | KeyboardInterrupt):
                     raise gen
@@ -225,16 +234,19 @@ def decode_examples(
                     done[ex.id] = rec
                     session["examples"] += 1
                     session["tokens"] += len(gen.token_ids)
-                    if job.answers and gen.query_route in job.answers:
+                    seconds = reused_seconds(reuse, job, gen) if reuse else None
+                    if seconds is not None:
                         session["reused"]["examples"] += 1
-                        session["reused"]["seconds"] += reuse["seconds"][gen.query_route](gen)
+                        session["reused"]["seconds"] += seconds
                 bar.update()
                 bar.set_postfix_str(_progress(done.values(), task.metric))
     finally:
         session["wall_s"] = round(time.perf_counter() - start, 3)
-        if reuse:  # what the reused answers took to decode in their own runs (modeled)
+        if reuse:  # reused examples count their modeled seconds, not the time spent reusing
             session["measured_wall_s"] = session["wall_s"]
-            session["wall_s"] = round(session["wall_s"] + session["reused"]["seconds"], 3)
+            session["reused"]["spent_s"] = round(reuse["spent"], 3)
+            wall = session["wall_s"] - reuse["spent"] + session["reused"]["seconds"]
+            session["wall_s"] = round(wall, 3)
         bar.close()
 
 
@@ -243,21 +255,26 @@ REUSE_IDENTITY = ("task", "task_args", "split", "split_seed", "decode", "model_s
 
 
 def reused_runs(spec: str, router, identity: dict, cfg) -> dict:
-    """`--reuse-answers SMALL_RUN,LARGE_RUN`: {"runs": {route: folder}, "records": {route:
-    {example_id: record}}, "seconds": {route: generation -> modeled seconds}}, after checking
-    that the router is query-level, decoding is greedy and both runs decoded the same task split
-    with the same decoding and models as this run. A route's modeled seconds for an answer are
-    its tokens over that run's measured throughput (its batch size's, all its sessions)."""
+    """`--reuse-answers SMALL_RUN,LARGE_RUN`: {"mode": "query" or "oracle", "runs": {route:
+    folder}, "records": {route: {example_id: record}}, "rate": {route: tokens/s}}, after checking
+    that the router is query-level or the oracle (one drafted token per step), decoding is
+    greedy and both runs decoded the same task split with the same decoding and models as this
+    run. `rate` is each run's measured throughput (its batch size's, all its sessions)."""
     from harness.metrics import throughput
 
-    if not router.needs().query:
-        raise UserError(f"--reuse-answers is for query routers; {router.name} decodes per token")
+    mode = "query" if router.needs().query else "oracle" if router.name == "oracle" else ""
+    if not mode:
+        raise UserError(
+            f"--reuse-answers is for query routers and the oracle; {router.name} decodes per token"
+        )
+    if mode == "oracle" and getattr(router, "draft_len", 1) != 1:
+        raise UserError("--reuse-answers replays the oracle with draft_len=1 only")
     if cfg.temperature != 0:
         raise UserError("--reuse-answers needs greedy decoding (--temperature 0)")
     folders = [Path(f.strip()) for f in spec.split(",")]
     if len(folders) != 2 or not all(str(f) != "." for f in folders):
         raise UserError(f"--reuse-answers takes SMALL_RUN,LARGE_RUN, got {spec!r}")
-    out: dict = {"runs": {}, "records": {}, "seconds": {}}
+    out: dict = {"mode": mode, "runs": {}, "records": {}, "rate": {}}
     for route, folder in zip(("small", "large"), folders, strict=True):
         path = folder / "manifest.json"
         if not path.is_file():
@@ -275,8 +292,20 @@ def reused_runs(spec: str, router, identity: dict, cfg) -> dict:
             raise UserError(f"--reuse-answers: {folder} has no measured throughput")
         out["runs"][route] = str(folder)
         out["records"][route] = load_records(folder / "records.jsonl")
-        out["seconds"][route] = lambda gen, rate=rate: len(gen.token_ids) / rate
+        out["rate"][route] = rate
     return out
+
+
+def reused_seconds(reuse: dict, job, gen) -> float | None:
+    """Modeled seconds of an example whose answer was reused (None: it was decoded): a query
+    route's answer costs its tokens over its run's throughput; a replayed oracle its modeled
+    clock (`harness.replay`)."""
+    answers = job.answers or {}
+    if reuse["mode"] == "oracle":
+        return gen.seconds if "large" in answers else None
+    if gen.query_route in answers:
+        return len(gen.token_ids) / reuse["rate"][gen.query_route]
+    return None
 
 
 def reused_answers(reuse: dict, example_id: str, prompt_ids: list[int]) -> dict:

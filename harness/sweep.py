@@ -105,7 +105,7 @@ def configure_sweep(p) -> None:
         "--reuse-answers",
         default=None,
         metavar="SMALL_RUN,LARGE_RUN",
-        help="passed to the runs of query routers only (see `hybridbench run --help`)",
+        help="passed to the runs of query routers and the oracle only (`hybridbench run --help`)",
     )
     _add_run_options(p)
 
@@ -189,13 +189,14 @@ def plan(args, out: Path) -> list[Job]:
         for setting in settings:
             router_args = {**fixed[router], **setting}
             # a wrong argument fails here, not in run 7 of 20
-            query = get_router(router, router_args).needs().query
+            built = get_router(router, router_args)
+            reuses = built.needs().query or (router == "oracle" and built.draft_len == 1)
             name = f"{router}__{setting_name(setting)}"
             if name in names:
                 continue  # a repeated target gives the same run
             names.add(name)
             argv = run_argv(args, router, router_args, out / name)
-            if query and getattr(args, "reuse_answers", None):
+            if reuses and getattr(args, "reuse_answers", None):
                 folders = [str(Path(f.strip()).resolve()) for f in args.reuse_answers.split(",")]
                 argv += ("--reuse-answers", ",".join(folders))
             jobs.append(Job(name, router, setting, argv))

@@ -6,7 +6,7 @@
 #   hybridbench report runs/edition2/gsm8k                          # the leaderboard so far
 #
 # Rows, per task, on the same first N test examples (gsm8k 200, mbpp 200, humaneval all 85):
-#   controls   oracle, speculative (k=4, and adaptive k); small and large are issue 11's runs
+#   controls   oracle (replayed along large's answers, --reuse-answers), speculative (k=4, and adaptive k); small and large are issue 11's runs
 #              (runs/validity/<task>-{small,large}: same prompts, budgets and examples), copied in
 #              before `report` (scripts/issue14_runs.sh --collect)
 #   token      random p, entropy, confidence (calibrated on calib), reward, citer (issue 13's
@@ -82,8 +82,9 @@ for task in gsm8k mbpp humaneval; do
         ck="$TRAINED/$r-$src/$r.pt"; [ $r = citer ] && ck="$TRAINED/citer-ref-$src/citer.pt"
         [ -f "$ck" ] && routers+=,$r && args+=(--router-arg "$r:path=$ck")
     done
-    # query routers take their answers from issue 11's small-only / large-only runs (greedy: the
-    # same tokens; only the routing prefill runs, their throughput is modeled, README)
+    # query routers and the oracle take their answers from issue 11's small-only / large-only runs
+    # (greedy: the same tokens; only the routing prefill / one teacher-forced small pass runs,
+    # their throughput is modeled, README "Reusing answers")
     reuse=(); [ -d "runs/validity/$task-large" ] && \
         reuse=(--reuse-answers "runs/validity/$task-small,runs/validity/$task-large")
     step hybridbench sweep --task $task --split test --limit $n --routers $routers \

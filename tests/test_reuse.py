@@ -144,11 +144,13 @@ def test_sweep_passes_reuse_answers_to_query_routers_only(tmp_path):
     p = argparse.ArgumentParser()
     sweep.configure_sweep(p)
     args = p.parse_args(
-        ["--task", "gsm8k", "--routers", "random,random_query", "--targets", "0.2", "--out", "x"]
+        ["--task", "gsm8k", "--routers", "random,random_query,oracle", "--targets", "0.2"]
+        + ["--out", "x"]
         + ["--reuse-answers", "a,b"]
     )
     jobs = {j.router: j.argv for j in sweep.plan(args, tmp_path)}
     assert "--reuse-answers" in jobs["random_query"] and "--reuse-answers" not in jobs["random"]
+    assert "--reuse-answers" in jobs["oracle"]
     i = jobs["random_query"].index("--reuse-answers")
     assert jobs["random_query"][i + 1] == f"{(tmp_path.cwd() / 'a')},{(tmp_path.cwd() / 'b')}"
 
@@ -165,3 +167,74 @@ def test_query_classifier_reuse(pair, tmp_path):
     assert main([*argv, *q, *reuse, *models, "--out", str(tmp_path / "q")]) == 0
     got, large = records(tmp_path / "q"), records(root / "large")
     assert all(g["completion"] == large[k]["completion"] for k, g in got.items())
+
+
+# --- the oracle, replayed along large's answers (harness/replay.py) ---------------------------
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_replayed_oracle_equals_decoded_oracle(kind):
+    """Provenance, steps and forwards of the oracle replayed from large's answers and one
+    teacher-forced small pass equal decoding the oracle, also where an answer ends at EOS."""
+    from harness.engine import Engine
+    from harness.replay import oracle_generations
+    from tests.tiny import tiny_tokenizer
+
+    engine = Engine(tiny_tokenizer(), tiny_backends(kind=kind))
+    first = generate(
+        engine.backends, get_router("large"), PROMPTS[0], DecodeConfig(max_new_tokens=8)
+    )
+    oracle = get_router("oracle")
+    for cfg in (
+        DecodeConfig(max_new_tokens=12),
+        DecodeConfig(max_new_tokens=12, eos_ids=(first.token_ids[4],)),
+    ):
+        decoded = {
+            i: generate(engine.backends, oracle, p, cfg, engine.decode)
+            for i, p in enumerate(PROMPTS)
+        }
+        jobs = [
+            Job(
+                i, p, cfg, answers={"large": generate(engine.backends, get_router("large"), p, cfg)}
+            )
+            for i, p in enumerate(PROMPTS)
+        ]
+        reuse = {"mode": "oracle"}
+        got = {j.key: g for j, g in oracle_generations(engine, oracle, jobs, reuse)}
+        assert reuse["spent"] > 0
+        for i, g in decoded.items():
+            assert not isinstance(got[i], Exception), got[i]
+            assert shape(got[i]) == shape(g), (i, cfg)
+            assert got[i].seconds > 0 and got[i].ttft <= got[i].seconds  # modeled clock
+        assert any(sum(g.provenance) for g in decoded.values())  # the oracle defers somewhere
+        assert any(0 in g.provenance for g in decoded.values())
+    assert "eos" in {g.stop_reason for g in decoded.values()}
+
+
+def test_run_oracle_reuse_answers(pair, tmp_path):
+    root, models = pair
+    for r in ("small", "large"):
+        run_cmd(root / r, r, models)
+    assert run_cmd(tmp_path / "decoded", "oracle", models) == 0
+    reuse = ["--reuse-answers", f"{root / 'small'},{root / 'large'}"]
+    assert run_cmd(tmp_path / "replayed", "oracle", models, *reuse) == 0
+    want, got = records(tmp_path / "decoded"), records(tmp_path / "replayed")
+    for key, w in want.items():
+        g = got[key]
+        assert (g["completion"], g["scores"]) == (w["completion"], w["scores"])
+        for field in ("token_ids", "provenance", "stop_reason"):
+            assert g["generation"][field] == w["generation"][field], (key, field)
+    summary = json.loads((tmp_path / "replayed" / "summary.json").read_text())
+    decoded = json.loads((tmp_path / "decoded" / "summary.json").read_text())
+    assert summary["throughput_modeled"] is True
+    for k in ("quality", "large_token_share", "large_call_share", "bytes_total"):
+        assert summary[k] == decoded[k], k
+    (session,) = json.loads((tmp_path / "replayed" / "manifest.json").read_text())["sessions"]
+    assert session["reused"]["examples"] == 4
+    assert session["wall_s"] == pytest.approx(
+        session["measured_wall_s"] - session["reused"]["spent_s"] + session["reused"]["seconds"],
+        abs=3e-3,
+    )
+    # the oracle replays with one drafted token per step only
+    argv = ["--router-arg", "draft_len=2", *reuse]
+    assert run_cmd(tmp_path / "k2", "oracle", models, *argv) == 2

@@ -1,0 +1,142 @@
+"""The oracle's rows from large-only answers (`run --router oracle --reuse-answers S,L`).
+
+At temperature 0 the oracle emits large's greedy answer, and it defers exactly where small's
+greedy token differs from large's along that answer. Decoding it runs both models step by step;
+here both are known from cheaper passes: large's tokens from a large-only run of the same
+prompts, small's greedy token at every position of that answer from ONE teacher-forced pass of
+small over prompt + answer. The core's own decode loop then runs the oracle over `Replayed`
+models that return those tokens (as one-hot rows), so provenance, steps and forwards come out as
+decoding gives them, and a modeled clock advances each pass by what a pass of that size costs on
+this machine (`harness.batching.pass_costs`), so the row's timers and throughput are modeled
+(marked so in the summary). Only the oracle with one drafted token per step replays exactly:
+small then only ever reads emitted tokens, which are large's answer.
+
+Where it can differ from decoding: small's teacher-forced pass reads the answer in multi-token
+passes, whose llama.cpp kernels round differently from one-token steps (a near-tie may flip, as
+with batching; README "Batched evaluation"); and at an answer's end-of-sequence the replayed
+large model emits small's end token when small proposes one of `eos_ids`, else the first
+(the records keep token ids without the end token, so only that last step's counts can differ).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from harness.core import Job, generate
+from harness.records import Generation
+
+
+class ModeledClock:
+    """A clock that only the replayed passes advance."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Replayed:
+    """A model whose greedy next token after each position of `seq` from `start - 1` on is
+    known (`next_ids`); fed other tokens (a rejected draft), its rows after them are
+    placeholders the oracle never reads (it keeps a draft up to its first mismatch)."""
+
+    def __init__(self, role, seq, next_ids, start, n_vocab, info, clock, seconds):
+        self.role, self.seq, self.next_ids, self.start = role, list(seq), list(next_ids), start
+        self.n_vocab, self.info, self.clock, self.seconds = n_vocab, info, clock, seconds
+        self.length, self.fed = 0, []
+
+    def reset(self) -> None:
+        self.length, self.fed = 0, []
+
+    def crop(self, n: int) -> None:
+        self.length = min(self.length, n)
+        del self.fed[self.length :]
+
+    def sync(self) -> None:
+        pass
+
+    def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
+        if hidden:
+            raise ValueError("a replayed model has no hidden states")
+        self.fed += list(ids)
+        self.length += len(ids)
+        self.clock.t += self.seconds(self.role, len(ids))
+        rows = torch.zeros(n_rows, self.n_vocab)
+        for r, pos in enumerate(range(self.length - n_rows, self.length)):
+            known = pos - (self.start - 1)
+            if 0 <= known < len(self.next_ids) and self.fed[: pos + 1] == self.seq[: pos + 1]:
+                rows[r, self.next_ids[known]] = 1.0
+        return rows, None
+
+
+def teacher_forced(small, prompt_ids: list[int], answer_ids: list[int]) -> tuple[list[int], int]:
+    """small's greedy token after each of the last len(answer) + 1 positions of prompt + answer
+    (read in chunks of 64 rows, so a long answer never holds all its logits), and the width of
+    its logits."""
+    small.reset()
+    seq, out, width = list(prompt_ids) + list(answer_ids), [], 0
+    n = len(prompt_ids) - 1  # tokens fed before the first row we want
+    if n:
+        small.forward(seq[:n], 1)
+    for i in range(n, len(seq), 64):
+        chunk = seq[i : i + 64]
+        logits, _ = small.forward(chunk, len(chunk))
+        out += logits.argmax(-1).tolist()
+        width = logits.shape[-1]
+    small.reset()
+    return out, width
+
+
+def oracle_generations(engine, router, jobs, reuse: dict) -> Iterator[tuple[Job, object]]:
+    """(job, Generation | exception) of the oracle on each job from the reused large answers
+    (`reuse`: `harness.runner.reused_runs`; the wall seconds spent replaying are added to its
+    "spent"); a job without one is decoded as usual."""
+    import time
+
+    from harness.batching import pass_costs
+    from routers.speculative import seconds_for
+
+    if getattr(router, "draft_len", 1) != 1:
+        raise ValueError("the oracle replays only with draft_len=1")
+    costs = pass_costs(engine)
+    seconds = lambda role, n: seconds_for(costs[role], n)  # noqa: E731
+    small, large = engine.backends["small"], engine.backends["large"]
+    rest = []
+    for job in jobs:
+        answer = (job.answers or {}).get("large")
+        if answer is None:
+            rest.append(job)
+            continue
+        t0 = time.perf_counter()
+        try:
+            out = _replay(engine, router, job, answer, small, large, seconds)
+        except Exception as e:  # noqa: BLE001 - recorded as a failed example, as decoding does
+            out = e
+        reuse["spent"] = reuse.get("spent", 0.0) + time.perf_counter() - t0
+        yield job, out
+    if rest:
+        yield from engine.generate_many(router, rest)
+
+
+def _replay(engine, router, job, answer: Generation, small, large, seconds):
+    prompt, ids = list(job.prompt_ids), list(answer.token_ids)
+    eos = job.cfg.eos_ids or engine.eos_ids
+    small_next, n_vocab = teacher_forced(small, prompt, ids)
+    large_next = ids[:]
+    if answer.stop_reason == "eos":  # large ended with an end token the record does not keep
+        large_next.append(small_next[-1] if small_next[-1] in eos else eos[0])
+    clock, start = ModeledClock(), len(prompt)
+    models = {
+        "small": Replayed("small", prompt + ids, small_next, start, n_vocab, small.info, clock,
+                          seconds),
+        "large": Replayed("large", prompt + large_next, large_next, start, n_vocab, large.info,
+                          clock, seconds),
+    }  # fmt: skip
+    cfg = job.cfg if job.cfg.eos_ids else job.cfg.__class__(**{**job.cfg.__dict__, "eos_ids": eos})
+    gen = generate(models, router, prompt, cfg, engine.decode, clock)
+    if gen.token_ids != answer.token_ids:
+        raise RuntimeError("the replayed oracle left large's answer (a bug in the replay)")
+    return gen
