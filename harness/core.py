@@ -133,8 +133,15 @@ def verify(run: _Run, draft_ids: torch.Tensor) -> torch.Tensor:
 
 
 def score(run: _Run, draft_ids: torch.Tensor) -> torch.Tensor:
-    """Reward of each drafted token, from the reward model's own incremental cache."""
-    out, _ = yield from catch_up(run, "reward", run.tokens + draft_ids.tolist(), len(draft_ids))
+    """Reward of each drafted token, from the reward model's own incremental cache; or, for a
+    reward head on small itself (`reads_small`), from small's pass over the draft, whose last
+    row small's next draft reuses when the draft is kept (`catch_up`)."""
+    seq, k = run.tokens + draft_ids.tolist(), len(draft_ids)
+    rm = run.models["reward"]
+    if getattr(rm, "reads_small", False):
+        _, h = yield from catch_up(run, "small", seq, k, hidden=True, phase="score")
+        return rm.score(h)
+    out, _ = yield from catch_up(run, "reward", seq, k)
     return out[:, 0]
 
 

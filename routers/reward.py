@@ -13,7 +13,11 @@ is accepted, otherwise it is discarded and large generates that token. This modu
   RewardRouter    the policy, registered as `reward`: defer where score < threshold
 
 The default backbone is the first 6 of the small model's 24 layers (Qwen2.5-Coder-0.5B), which
-costs about a quarter of small's per-token compute and no vocabulary projection. Checkpoints are
+costs about a quarter of small's per-token compute and no vocabulary projection. A head-only
+checkpoint on ALL of small's layers (`train-reward --layers 24`) needs no model of its own: its
+feature is small's last hidden state after reading the token, which small computes anyway when
+the token is kept (`SmallHead`; the core scores from small's pass over the draft and the next
+draft reuses that pass), so it costs one small pass per deferred token and nothing per kept one. Checkpoints are
 written by `hybridbench train-reward` (harness/training/reward.py); calibration files by
 `hybridbench calibrate-reward`.
 
@@ -296,6 +300,77 @@ class LlamaCppRewardBackend:
         return [self] + [LlamaCppRewardBackend(s, self.head, self.info, self) for s in seqs[1:]]
 
 
+class SmallHead:
+    """The reward model when its backbone is the pair's small model, whole and untrained (a
+    head-only checkpoint with `--layers` = all of small's): the score of a drafted token is the
+    head over small's own last hidden state after reading it. The core takes that state from
+    small's pass over the draft (`harness.core.score`, told by `reads_small`), a pass small makes
+    anyway when the token is kept (its next draft reuses it), so no second model runs: the
+    router's cost is one wasted small pass per deferred token. Its cache is small's (reset and
+    crop act on it); `forward` (calibration) scores tokens with small's pass."""
+
+    reads_small = True
+
+    def __init__(self, head: torch.nn.Module, info: ModelInfo, small):
+        self.head, self.info, self.small = head, info, small
+
+    @property
+    def length(self) -> int:
+        return self.small.length
+
+    def reset(self) -> None:
+        self.small.reset()
+
+    def crop(self, n: int) -> None:
+        self.small.crop(n)
+
+    def sync(self) -> None:
+        self.small.sync()
+
+    def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
+        """[n_rows, 1] scores of the last n_rows of `ids`, through small's cache."""
+        _, h = self.small.forward(ids, n_rows, True)
+        return self.score(h)[:, None], (h if hidden else None)
+
+    def sequences(self, n: int) -> list:
+        from harness.backends import sequences
+
+        return [SmallHead(self.head, self.info, s) for s in sequences(self.small, n)]
+
+    @torch.inference_mode()
+    def score(self, h: torch.Tensor) -> torch.Tensor:
+        """[n, H] hidden states of small -> [n] scores."""
+        return self.head(h.float()).reshape(-1)
+
+
+def small_dims(backend) -> tuple[int, int]:
+    """(transformer layers, hidden size) of small's backend (llama.cpp or transformers)."""
+    owner = getattr(backend, "owner", backend)
+    if hasattr(owner, "lib") and getattr(owner, "model", None):
+        return int(owner.lib.llama_model_n_layer(owner.model)), int(owner.n_embd)
+    text = backend.model.config.get_text_config()
+    return int(text.num_hidden_layers), int(text.hidden_size)
+
+
+def small_head(path, ck: dict, engine) -> SmallHead | None:
+    """The `SmallHead` of checkpoint `ck` when its backbone is all of `engine`'s small model,
+    untrained; else None."""
+    small = engine.backends["small"]
+    if ck["trained"] or ck["backbone"] != small.info.source:
+        return None
+    n_layers, size = small_dims(small)
+    if ck["n_layers"] != n_layers:
+        return None
+    head = head_from_checkpoint(ck, size)
+    n = sum(p.numel() for p in head.parameters())
+    info = ModelInfo(
+        name="reward", source=str(path), device="cpu", dtype="float32", n_params=n,
+        weight_bytes=4 * n, kv_bytes_per_token=0, sha256=file_sha256(path),
+        backend="small's own pass",
+    )  # fmt: skip
+    return SmallHead(head, info, small)
+
+
 def _llamacpp_refusal(path, ck: dict) -> str:
     """Why checkpoint `ck` cannot run on llama.cpp ("" when it can)."""
     from harness import models
@@ -332,14 +407,18 @@ def load_llamacpp_reward_backend(
 
 
 def reward_backend_for(path: str | Path, engine):
-    """The reward backend that suits `engine`'s small model: llama.cpp beside a llama.cpp small
-    model when the checkpoint allows it (head only, GGUF backbone), else transformers on small's
-    device in small's dtype (bfloat16 beside a llama.cpp small model)."""
+    """The reward backend that suits `engine`'s small model: small's own pass (`SmallHead`) when
+    the backbone is all of small, untrained; llama.cpp beside a llama.cpp small model when the
+    checkpoint allows it (head only, GGUF backbone); else transformers on small's device in
+    small's dtype (bfloat16 beside a llama.cpp small model)."""
     from harness import models
 
     small = engine.backends["small"]
+    ck = read_checkpoint(path)
+    shared = small_head(path, ck, engine)
+    if shared is not None:
+        return shared
     if small.info.backend.startswith("llama.cpp"):
-        ck = read_checkpoint(path)
         if not _llamacpp_refusal(path, ck):
             gguf, sha = models.gguf_file(ck["backbone"])
             theirs = models.gguf_tokenizer(gguf, sha)

@@ -223,6 +223,9 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys):
     assert "| 0.000 |" in rows[0] and "| 1.000 |" in rows[1]  # large-token share of small / large
     summary = (tmp_path / "demo" / "gsm8k" / "small" / "summary.json").read_text()
     assert "NaN" not in summary  # strict JSON: undefined values are null
+    # the oracle was replayed from the demo's own large run (its throughput modeled)
+    oracle = json.loads((tmp_path / "demo" / "gsm8k" / "oracle" / "manifest.json").read_text())
+    assert oracle["sessions"][0]["reused"]["examples"] == 2 and "modeled)" in rows[2]
 
 
 def test_bench_decode_prints_measured_and_predicted(pair, tmp_path, capsys):

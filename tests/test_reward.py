@@ -535,7 +535,8 @@ def test_llamacpp_reward_backbone_matches_transformers(tmp_path, monkeypatch):
     )
     rb.crop(5)  # incremental after a crop equals the full pass
     torch.testing.assert_close(rb.forward(PROMPT[5:], 3)[0][:, 0], got[-3:], atol=1e-4, rtol=0)
-    # beside a llama.cpp small model it is the backend the router gets, and it batches
+    # beside a llama.cpp small model it is the backend the router gets (2 of the tiny small
+    # model's 3 layers: a truncated GGUF; all of them: `SmallHead`, below), and it batches
     backends = tiny_backends(kind="llama.cpp", n_seq=2)
     engine = Engine(tiny_tokenizer(), backends)
     engine.add("reward", reward_backend_for(path, engine))
@@ -549,6 +550,69 @@ def test_llamacpp_reward_backbone_matches_transformers(tmp_path, monkeypatch):
     for j in jobs:
         alone = generate(engine.backends, router, j.prompt_ids, cfg)
         assert many[j.key].token_ids == alone.token_ids
+
+
+@pytest.mark.parametrize("kind", ["hf", "llama.cpp"])
+def test_reward_head_on_all_of_small_reads_small_own_pass(tmp_path, kind):
+    """A head-only checkpoint whose backbone is all of small: no second model runs. Its scores
+    are the head over small's last hidden states after each drafted token, from small's pass
+    over the draft, which the next draft reuses when the token is kept; decisions equal those of
+    the same checkpoint run as a separate reward model, and the only small passes beyond
+    small-only's are one per deferred token."""
+    from harness.core import Job, generate_many
+    from harness.engine import Engine
+    from routers.reward import SmallHead, reward_backend_for, save_checkpoint
+    from tests.tiny import tiny_pair, tiny_tokenizer
+
+    hf_small = tiny_pair()[0]
+    model = RewardModel(hf_small.model).eval()  # all (3) layers of the tiny small model
+    with torch.no_grad():
+        model.head.weight.normal_(0, 1, generator=torch.Generator().manual_seed(1))
+    backends = tiny_backends(kind=kind, n_seq=2) if kind == "llama.cpp" else tiny_backends()
+    engine = Engine(tiny_tokenizer(), backends)
+    source = engine.backends["small"].info.source  # the GGUF path, or the tiny model's name
+    path = tmp_path / "reward.pt"
+    save_checkpoint(path, model, source)
+    shared = reward_backend_for(path, engine)
+    assert isinstance(shared, SmallHead) and shared.info.kv_bytes_per_token == 0
+    threshold = float(torch.tensor(token_scores(model, [], PROMPT)).median())
+    router = get_router("reward", {"threshold": threshold})
+    cfg = DecodeConfig(max_new_tokens=14)
+    separate = {
+        **engine.backends,
+        "reward": RewardBackend(model, model_info(model, "x", "float32")),
+    }
+    # calibration scores tokens through small's own pass: the separate model's scores
+    rm = separate["reward"]
+    for m in (shared, rm):
+        m.reset()
+    tol = 0.02 if kind == "llama.cpp" else 1e-4  # llama.cpp: F32 weights, f16 KV cache
+    torch.testing.assert_close(
+        shared.forward(PROMPT, 5)[0], rm.forward(PROMPT, 5)[0], atol=tol, rtol=0
+    )
+    shared.reset()
+    engine.add("reward", shared)
+    small_only = generate(engine.backends, get_router("small"), PROMPT, cfg)
+    for prompt in (PROMPT, PROMPT[:9]):
+        want = generate(separate, router, prompt, cfg)
+        got = generate(engine.backends, router, prompt, cfg)
+        assert (got.token_ids, got.provenance) == (want.token_ids, want.provenance)
+        assert 0 < sum(got.provenance) < len(got.provenance)
+        assert not [f for f in got.forwards if f.model == "reward"]
+        small_passes = [f for f in got.forwards if f.model == "small" and f.phase != "prefill"]
+        deferred = sum(s.large_tokens for s in got.steps)
+        # each step: one pass over the draft (score); a deferred draft costs small one more pass
+        # to read large's token; a kept one is the next draft's pass (reused, no pass)
+        assert len(small_passes) == len(got.steps) + deferred - (got.provenance[-1] == 1)
+    assert (
+        len([f for f in small_only.forwards if f.phase != "prefill"]) == len(small_only.steps) - 1
+    )
+    if kind == "llama.cpp":  # batched equals one at a time
+        jobs = [Job(i, PROMPT[: 8 + i], cfg) for i in range(3)]
+        many = {j.key: g for j, g in generate_many(engine.slots(2), router, jobs)}
+        for j in jobs:
+            alone = generate(engine.backends, router, j.prompt_ids, cfg)
+            assert many[j.key].token_ids == alone.token_ids
 
 
 def test_full_responses_use_each_tasks_budget_and_stops(models):
