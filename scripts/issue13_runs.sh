@@ -49,4 +49,30 @@ done
 # 5. the reward model's preference data: 1,000 prompts from five tasks' train splits, full responses
 step hybridbench reward-data --out "$OUT/reward-data" --prompts 1000 --max-new-tokens 0 \
     "${MODELS[@]}"
+# 6. the reward model: head-only on frozen backbones of two depths (small's first 6 layers, a
+#    truncated GGUF at run time; all 24, read from small's own pass at run time, `SmallHead`),
+#    linear and MLP heads; the one with the best held-out preference accuracy becomes
+#    $OUT/reward/reward.pt (what scripts/issue14_runs.sh uses); metrics.json of each says why
+for layers in 6 24; do
+    for head in linear mlp; do
+        step hybridbench train-reward --data "$OUT/reward-data" --layers $layers --head $head \
+            --threads "$THREADS" --out "$OUT/reward-L$layers-$head"
+    done
+done
+best=$(python - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+runs = [(json.loads((d / "metrics.json").read_text())["final"]["heldout"]["acc"], d.name)
+        for d in Path(sys.argv[1]).glob("reward-L*") if (d / "metrics.json").is_file()]
+for acc, name in sorted(runs, reverse=True):
+    print(f"  {name}: held-out preference accuracy {acc:.3f}", file=sys.stderr)
+print(max(runs)[1] if runs else "")
+PY
+)
+if [ -n "$best" ]; then
+    echo "== reward model chosen: $best"
+    # its calibration on each task's calib split is scripts/issue14_runs.sh's (over small's
+    # calib answers, decoded once for every threshold router)
+    mkdir -p "$OUT/reward" && cp "$OUT/$best/reward.pt" "$OUT/$best/metrics.json" "$OUT/reward/"
+fi
 echo "== $(date -u +%H:%M:%S) done"
