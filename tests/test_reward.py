@@ -632,3 +632,46 @@ def test_full_responses_use_each_tasks_budget_and_stops(models):
         assert all(j.cfg.stop == tuple(task.stop) for j in jobs)
         _, jobs, _ = _plan(engine, name, ex, SynthConfig(max_new_tokens=9))
         assert [(j.cfg.max_new_tokens, j.cfg.stop) for j in jobs] == [(9, ())] * 2
+
+
+def test_features_resume_after_an_interruption(tmp_path, monkeypatch):
+    """Features are computed FEATURE_BLOCK prompts at a time and saved; a run killed part-way
+    resumes from the saved blocks and ends with the features an uninterrupted run computes."""
+    from harness.training import reward as tr
+
+    records = [{"id": f"t/{i}"} for i in range(7)]
+    calls = []
+
+    def fake(model, block):  # one pair per prompt, its feature the prompt's number
+        calls.append([r["id"] for r in block])
+        x = torch.tensor([[float(r["id"][2:])] * 2 for r in block])
+        n = len(block)
+        return Pairs(x, -x, torch.arange(1, n + 1), tuple(r["id"] for r in block)), n
+
+    monkeypatch.setattr(tr, "FEATURE_BLOCK", 3)
+    monkeypatch.setattr(tr, "pair_features", fake)
+    want, want_ties = tr._features(None, records, {"k": 1}, tmp_path / "a.pt")
+    assert len(calls) == 3 and want_ties == 7 and want.prompt == tuple(r["id"] for r in records)
+
+    def dies_on_the_second_block(model, block):
+        if calls:
+            raise KeyboardInterrupt
+        return fake(model, block)
+
+    calls.clear()
+    monkeypatch.setattr(tr, "pair_features", dies_on_the_second_block)
+    with pytest.raises(KeyboardInterrupt):
+        tr._features(None, records, {"k": 1}, tmp_path / "b.pt")
+    assert (tmp_path / "b.partial").exists() and not (tmp_path / "b.pt").exists()
+    calls.clear()
+    monkeypatch.setattr(tr, "pair_features", fake)
+    got, ties = tr._features(None, records, {"k": 1}, tmp_path / "b.pt")
+    assert calls == [["t/3", "t/4", "t/5"], ["t/6"]]  # the first block was not computed again
+    assert ties == want_ties and got.prompt == want.prompt
+    for f in ("chosen", "rejected", "length"):
+        assert torch.equal(getattr(got, f), getattr(want, f))
+    assert not (tmp_path / "b.partial").exists()
+    # other settings (another key) do not resume someone else's blocks
+    calls.clear()
+    tr._features(None, records, {"k": 2}, tmp_path / "b.pt")
+    assert len(calls) == 3

@@ -480,17 +480,45 @@ def _fit(train: Pairs, test: Pairs, cfg: TrainConfig, path: Path, key: dict, eve
     return state
 
 
+FEATURE_BLOCK = 50  # prompts whose features are saved together (an interrupted run resumes)
+
+
 def _features(model, records, key: dict, path: Path) -> tuple[Pairs, int]:
-    """Frozen-backbone features of every chunk pair, computed once and cached beside the model."""
+    """Frozen-backbone features of every chunk pair, computed once and cached beside the model;
+    computed FEATURE_BLOCK prompts at a time into `<path>.partial`, so a long run resumes."""
     if path.exists():
         saved = torch.load(path, weights_only=True)
         if saved["key"] == key:
             return Pairs(
                 saved["chosen"], saved["rejected"], saved["length"], tuple(saved["prompt"])
             ), saved["ties"]
-    pairs, ties = pair_features(model, records)
+    part = path.with_suffix(".partial")
+    blocks, ties = [], 0
+    if part.exists():
+        saved = torch.load(part, weights_only=True)
+        if saved["key"] == key:
+            blocks, ties = saved["blocks"], saved["ties"]
+    for start in range(len(blocks) * FEATURE_BLOCK, len(records), FEATURE_BLOCK):
+        block, n_ties = pair_features(model, records[start : start + FEATURE_BLOCK])
+        blocks.append({**asdict(block), "prompt": list(block.prompt)})
+        ties += n_ties
+        _atomic_save(part, {"key": key, "blocks": blocks, "ties": ties})
+        done = min(start + FEATURE_BLOCK, len(records))
+        print(f"features: {done} of {len(records)} prompts (saved; a rerun resumes)", flush=True)
+    cat = lambda k: torch.cat([b[k] for b in blocks]) if blocks else torch.zeros(0)  # noqa: E731
+    prompts = tuple(p for b in blocks for p in b["prompt"])
+    pairs = Pairs(cat("chosen"), cat("rejected"), cat("length").long(), prompts)
+    if not blocks:
+        pairs, ties = pair_features(model, records)
     torch.save({"key": key, **asdict(pairs), "prompt": list(pairs.prompt), "ties": ties}, path)
+    part.unlink(missing_ok=True)
     return pairs, ties
+
+
+def _atomic_save(path: Path, obj) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)
 
 
 def _resume(path: Path, key: dict) -> dict | None:
@@ -503,9 +531,7 @@ def _resume(path: Path, key: dict) -> dict | None:
 
 
 def _save_state(path: Path, state: dict, key: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save({"key": key, "state": state}, tmp)
-    tmp.replace(path)
+    _atomic_save(path, {"key": key, "state": state})
 
 
 @torch.inference_mode()
