@@ -675,3 +675,12 @@ def test_features_resume_after_an_interruption(tmp_path, monkeypatch):
     calls.clear()
     tr._features(None, records, {"k": 2}, tmp_path / "b.pt")
     assert len(calls) == 3
+
+
+def test_reward_data_decodes_each_block_small_then_large():
+    from harness.training.reward_data import job_order
+
+    pairs = [[f"{p}.small", f"{p}.large"] for p in "abc"]
+    assert job_order(pairs, 2) == ["a.small", "b.small", "a.large", "b.large", "c.small", "c.large"]
+    assert job_order(pairs, 1) == ["a.small", "a.large", "b.small", "b.large", "c.small", "c.large"]
+    assert sorted(job_order(pairs, 32)) == sorted(j for js in pairs for j in js)

@@ -124,6 +124,20 @@ def _finish(head: dict, gens: dict, cfg: SynthConfig, rng: random.Random) -> dic
     return out
 
 
+def job_order(pairs: list[list], block: int) -> list:
+    """The (small, large) job pairs of each prompt in the order they are decoded: block by block
+    of `block` prompts, the block's small jobs then its large ones, so that the generations in
+    flight mostly wait on one model and each batched call is full of its rows (mixed, every call
+    carried half a batch; large's calls cost nearly as much half full as full). A record needs
+    both of its prompt's responses, so an interruption loses at most about one block.
+    Example: block 2, prompts a, b, c -> a.small, b.small, a.large, b.large, c.small, c.large."""
+    out = []
+    for i in range(0, len(pairs), max(1, block)):
+        part = pairs[i : i + max(1, block)]
+        out += [js[0] for js in part] + [js[1] for js in part]
+    return out
+
+
 def synthesize(engine, prompts: list[tuple], cfg: SynthConfig, path: Path) -> int:
     """Append a record for every (task, example) not yet in `path`, decoding `engine.batch`
     generations at a time; returns how many were added."""
@@ -131,7 +145,7 @@ def synthesize(engine, prompts: list[tuple], cfg: SynthConfig, path: Path) -> in
     done = {r["id"] for r in read_pairs(path)}
     todo = [(t, ex) for t, ex in prompts if ex.id not in done]
     plans = {ex.id: _plan(engine, t, ex, cfg) for t, ex in todo}
-    jobs = [job for _, js, _ in plans.values() for job in js]
+    jobs = job_order([js for _, js, _ in plans.values()], 2 * engine.batch)
     gens: dict[str, dict] = {}
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
