@@ -90,7 +90,7 @@ def run_demo(args) -> int:
             models += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.max_new_tokens:
         models += ["--max-new-tokens", str(args.max_new_tokens)]
-    rows, root = [], Path(args.out) / args.task
+    rows, root, shared = [], Path(args.out) / args.task, {}
     for name in [r.strip() for r in args.routers.split(",") if r.strip()]:
         out = root / name
         argv = ["run", "--task", args.task, "--router", name, "--limit", str(args.limit)]
@@ -100,12 +100,37 @@ def run_demo(args) -> int:
         done = [root / r / "summary.json" for r in ("small", "large")]
         if name == "oracle" and all(f.is_file() for f in done):
             argv += ["--reuse-answers", f"{root / 'small'},{root / 'large'}"]
-        rc = cli.main(argv)
+        rc = _run_shared(argv, shared)
         if rc == 2:
             return rc
         rows.append(json.loads((out / "summary.json").read_text()))
     print(demo_table(rows))
     return 0
+
+
+def _run_shared(argv: list[str], shared: dict) -> int:
+    """`hybridbench run argv` with the pair loaded once for all of the demo's runs (`shared`
+    keeps it): loading and setting up a pair took ~35 s a run on the development VM. Models a
+    router brings (the reward model) join a copy of that engine for its run."""
+    from harness import engine as engines
+    from harness.runner import run_run
+    from routers import get_router, parse_args
+
+    args = cli.build_parser(argv).parse_args(argv)
+    try:
+        router = get_router(args.router, parse_args(args.router_arg))
+        if "engine" not in shared:
+            shared["engine"] = engines.engine_from_args(args)
+        pair = shared["engine"]
+        extra = router.backends(pair)  # what engine_from_args would attach (and its checks)
+        engine = pair
+        if extra:
+            engine = engines.Engine(pair.tokenizer, {**pair.backends, **extra}, pair.batch)
+            engine.batch_probe = pair.batch_probe
+        return run_run(args, engine=engine)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 def demo_table(rows: list[dict]) -> str:

@@ -66,7 +66,9 @@ def configure_run(p) -> None:
     )
 
 
-def run_run(args) -> int:
+def run_run(args, engine=None) -> int:
+    """`hybridbench run`; `engine`: an already loaded pair to decode with (the demo shares one
+    across its runs), else the pair named in args is loaded."""
     from routers import get_router, parse_args
     from tasks import get_task
 
@@ -110,7 +112,7 @@ def run_run(args) -> int:
     todo = [ex for ex in examples if ex.id not in done]
     reuse = reused_runs(args.reuse_answers, router, identity, cfg) if args.reuse_answers else None
     if todo:
-        engine = engine_from_args(args, router)
+        engine = engine if engine is not None else engine_from_args(args, router)
         manifest["models"] = engine.model_infos()
         session = {"batch": engine.batch, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         if engine.batch_probe:

@@ -203,7 +203,12 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(pair, tmp_path):
     assert {k: a[k] for k in DETERMINISTIC} == {k: b[k] for k in DETERMINISTIC}
 
 
-def test_demo_prints_one_row_per_router(pair, tmp_path, capsys):
+def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
+    from harness import engine as engines
+
+    loads = []
+    real = engines.engine_from_args
+    monkeypatch.setattr(engines, "engine_from_args", lambda *a: loads.append(a) or real(*a))
     argv = [
         "demo",
         "--routers",
@@ -226,6 +231,7 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys):
     # the oracle was replayed from the demo's own large run (its throughput modeled)
     oracle = json.loads((tmp_path / "demo" / "gsm8k" / "oracle" / "manifest.json").read_text())
     assert oracle["sessions"][0]["reused"]["examples"] == 2 and "modeled)" in rows[2]
+    assert len(loads) == 1  # one pair loaded for the demo's three runs
 
 
 def test_bench_decode_prints_measured_and_predicted(pair, tmp_path, capsys):
