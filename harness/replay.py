@@ -74,19 +74,16 @@ class Replayed:
 
 def teacher_forced(small, prompt_ids: list[int], answer_ids: list[int]) -> tuple[list[int], int]:
     """small's greedy token after each of the last len(answer) + 1 positions of prompt + answer
-    (read in chunks of 64 rows, so a long answer never holds all its logits), and the width of
-    its logits."""
-    small.reset()
-    seq, out, width = list(prompt_ids) + list(answer_ids), [], 0
-    n = len(prompt_ids) - 1  # tokens fed before the first row we want
-    if n:
-        small.forward(seq[:n], 1)
-    for i in range(n, len(seq), 64):
-        chunk = seq[i : i + 64]
-        logits, _ = small.forward(chunk, len(chunk))
+    (`harness.training.labels.forced_passes`, 64 rows a pass), and the width of its logits."""
+    from harness.training.labels import LabelConfig, forced_passes
+
+    out, width = [], 0
+    # forced_passes never feeds a trajectory's last token: a placeholder after the answer makes
+    # its last row the prediction after the answer's last token
+    traj = list(answer_ids) + [0]
+    for logits, _ in forced_passes(small, list(prompt_ids), traj, LabelConfig.chunk):
         out += logits.argmax(-1).tolist()
         width = logits.shape[-1]
-    small.reset()
     return out, width
 
 

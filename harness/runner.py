@@ -256,6 +256,14 @@ def decode_examples(
 REUSE_IDENTITY = ("task", "task_args", "split", "split_seed", "decode", "model_sources")
 
 
+def reuse_mode(router) -> str:
+    """How `router` can reuse small-only / large-only answers: "query" (a query-level router),
+    "oracle" (the oracle drafting one token a step, `harness.replay`) or "" (it cannot)."""
+    if router.needs().query:
+        return "query"
+    return "oracle" if router.name == "oracle" and getattr(router, "draft_len", 1) == 1 else ""
+
+
 def reused_runs(spec: str, router, identity: dict, cfg) -> dict:
     """`--reuse-answers SMALL_RUN,LARGE_RUN`: {"mode": "query" or "oracle", "runs": {route:
     folder}, "records": {route: {example_id: record}}, "rate": {route: tokens/s}}, after checking
@@ -264,13 +272,13 @@ def reused_runs(spec: str, router, identity: dict, cfg) -> dict:
     run. `rate` is each run's measured throughput (its batch size's, all its sessions)."""
     from harness.metrics import throughput
 
-    mode = "query" if router.needs().query else "oracle" if router.name == "oracle" else ""
+    mode = reuse_mode(router)
+    if router.name == "oracle" and not mode:
+        raise UserError("--reuse-answers replays the oracle with draft_len=1 only")
     if not mode:
         raise UserError(
             f"--reuse-answers is for query routers and the oracle; {router.name} decodes per token"
         )
-    if mode == "oracle" and getattr(router, "draft_len", 1) != 1:
-        raise UserError("--reuse-answers replays the oracle with draft_len=1 only")
     if cfg.temperature != 0:
         raise UserError("--reuse-answers needs greedy decoding (--temperature 0)")
     folders = [Path(f.strip()) for f in spec.split(",")]

@@ -169,6 +169,7 @@ def _report(outcomes: list[Outcome], out: Path) -> int:
 
 def plan(args, out: Path) -> list[Job]:
     """The sweep's runs in order, each with its `run` command line; user mistakes raise early."""
+    from harness.runner import reuse_mode
     from routers import get_router, parse_args
     from tasks import get_task
 
@@ -189,8 +190,7 @@ def plan(args, out: Path) -> list[Job]:
         for setting in settings:
             router_args = {**fixed[router], **setting}
             # a wrong argument fails here, not in run 7 of 20
-            built = get_router(router, router_args)
-            reuses = built.needs().query or (router == "oracle" and built.draft_len == 1)
+            reuses = reuse_mode(get_router(router, router_args))
             name = f"{router}__{setting_name(setting)}"
             if name in names:
                 continue  # a repeated target gives the same run

@@ -256,17 +256,12 @@ def load_reward_backend(
     return RewardBackend(model, model_info(model, str(path), dtype, file_sha256(path)))
 
 
-class LlamaCppRewardBackend:
-    """The reward model on llama.cpp: its backbone's layers as a truncated GGUF
-    (`harness.models.truncated_gguf`; llama.cpp returns their normed hidden states, and stops
-    computing there: `LlamaCppBackend(embeddings_only=True)`) and the checkpoint's head applied
-    here. Only for head-only checkpoints (a trained backbone's weights
-    are not in the GGUF). Scores match the transformers reward model up to llama.cpp's quantized
-    numerics (`scripts/reward_backbone_check.py`). Batches like any llama.cpp model."""
+class _HeadOverHidden:
+    """A reward head over the hidden states of another backend (`inner`), whose cache it reads:
+    its length, reset, crop and sync are the inner backend's."""
 
-    def __init__(self, inner, head: torch.nn.Module, info: ModelInfo, owner=None):
-        self.inner, self.head, self.info = inner, head, info
-        self.owner = owner or self
+    inner: object
+    head: torch.nn.Module
 
     @property
     def length(self) -> int:
@@ -281,6 +276,24 @@ class LlamaCppRewardBackend:
     def sync(self) -> None:
         self.inner.sync()
 
+    @torch.inference_mode()
+    def score(self, h: torch.Tensor) -> torch.Tensor:
+        """[n, H] hidden states -> [n] scores."""
+        return self.head(h.float()).reshape(-1)
+
+
+class LlamaCppRewardBackend(_HeadOverHidden):
+    """The reward model on llama.cpp: its backbone's layers as a truncated GGUF
+    (`harness.models.truncated_gguf`; llama.cpp returns their normed hidden states, and stops
+    computing there: `LlamaCppBackend(embeddings_only=True)`) and the checkpoint's head applied
+    here. Only for head-only checkpoints (a trained backbone's weights
+    are not in the GGUF). Scores match the transformers reward model up to llama.cpp's quantized
+    numerics (`scripts/reward_backbone_check.py`). Batches like any llama.cpp model."""
+
+    def __init__(self, inner, head: torch.nn.Module, info: ModelInfo, owner=None):
+        self.inner, self.head, self.info = inner, head, info
+        self.owner = owner or self
+
     def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
         return self.owner.forward_batch([(self, ids, n_rows, hidden)])[0]
 
@@ -288,59 +301,38 @@ class LlamaCppRewardBackend:
         inner = [(c[0].inner, c[1], c[2], True) for c in calls]
         outs = self.inner.owner.forward_batch(inner)
         return [
-            (self._score(h), h if c[3] else None) for c, (_, h) in zip(calls, outs, strict=True)
+            (self.score(h)[:, None], h if c[3] else None)
+            for c, (_, h) in zip(calls, outs, strict=True)
         ]
-
-    @torch.inference_mode()
-    def _score(self, h: torch.Tensor) -> torch.Tensor:
-        return self.head(h.float()).reshape(-1, 1)
 
     def sequences(self, n: int) -> list:
         seqs = self.inner.sequences(n)
         return [self] + [LlamaCppRewardBackend(s, self.head, self.info, self) for s in seqs[1:]]
 
 
-class SmallHead:
+class SmallHead(_HeadOverHidden):
     """The reward model when its backbone is the pair's small model, whole and untrained (a
     head-only checkpoint with `--layers` = all of small's): the score of a drafted token is the
     head over small's own last hidden state after reading it. The core takes that state from
     small's pass over the draft (`harness.core.score`, told by `reads_small`), a pass small makes
     anyway when the token is kept (its next draft reuses it), so no second model runs: the
-    router's cost is one wasted small pass per deferred token. Its cache is small's (reset and
-    crop act on it); `forward` (calibration) scores tokens with small's pass."""
+    router's cost is one wasted small pass per deferred token. Its cache is small's (`inner`:
+    reset and crop act on it); `forward` (calibration) scores tokens with small's pass."""
 
     reads_small = True
 
     def __init__(self, head: torch.nn.Module, info: ModelInfo, small):
-        self.head, self.info, self.small = head, info, small
-
-    @property
-    def length(self) -> int:
-        return self.small.length
-
-    def reset(self) -> None:
-        self.small.reset()
-
-    def crop(self, n: int) -> None:
-        self.small.crop(n)
-
-    def sync(self) -> None:
-        self.small.sync()
+        self.head, self.info, self.inner = head, info, small
 
     def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
         """[n_rows, 1] scores of the last n_rows of `ids`, through small's cache."""
-        _, h = self.small.forward(ids, n_rows, True)
+        _, h = self.inner.forward(ids, n_rows, True)
         return self.score(h)[:, None], (h if hidden else None)
 
     def sequences(self, n: int) -> list:
         from harness.backends import sequences
 
-        return [SmallHead(self.head, self.info, s) for s in sequences(self.small, n)]
-
-    @torch.inference_mode()
-    def score(self, h: torch.Tensor) -> torch.Tensor:
-        """[n, H] hidden states of small -> [n] scores."""
-        return self.head(h.float()).reshape(-1)
+        return [SmallHead(self.head, self.info, s) for s in sequences(self.inner, n)]
 
 
 def small_dims(backend) -> tuple[int, int]:
