@@ -137,3 +137,111 @@ def _replay(engine, router, job, answer: Generation, small, large, seconds):
     if gen.token_ids != answer.token_ids:
         raise RuntimeError("the replayed oracle left large's answer (a bug in the replay)")
     return gen
+
+
+# ------------------------------------------- a recorded row's pass schedule, timed elsewhere
+
+
+class RecordedRouter:
+    """Repeats a recorded generation's steps (`steps` columns: drafted, kept, large_tokens): the
+    decisions of any token router (random, entropy, confidence, reward, citer), of small-only
+    and large-only, and of speculative decoding (`verify`: large read each draft first)."""
+
+    name = "recorded"
+
+    def __init__(self, steps: dict, verify: bool = False):
+        self.steps, self.verify = steps, verify
+        self.reset()
+
+    def reset(self) -> None:
+        self.i, self.alone, self.asked = 0, False, False
+
+    def needs(self):
+        """Asked before each step, and once before that for the query check; decide() moves to
+        the next step, and so does asking again after a step where large ran alone (no decide)."""
+        from routers.base import Needs
+
+        drafted = self.steps["drafted"]
+        if self.alone:
+            self.i, self.alone = self.i + 1, False
+        k = drafted[min(self.i, len(drafted) - 1)]
+        self.alone, self.asked = k == 0 and self.asked, True
+        return Needs(draft_len=k, large_logits=self.verify)
+
+    def decide(self, view):
+        from routers.base import Decision
+
+        keep, large = self.steps["kept"][self.i], self.steps["large_tokens"][self.i]
+        self.i += 1
+        return Decision(keep=keep, defer=bool(large))
+
+
+class Shadowed(Replayed):
+    """A `Replayed` model that also runs every pass on `shadow`, a backend of the same shape
+    (e.g. random weights on another machine), so a wall clock times the recorded schedule.
+    Where it would propose `end` while `may_end()` is false it proposes another token instead
+    (an end token cuts a draft short, and small drafted past the answer's end without one)."""
+
+    def __init__(self, shadow, *args, end: int | None = None, may_end=lambda: True):
+        super().__init__(*args)
+        self.shadow, self.end, self.may_end = shadow, end, may_end
+
+    def reset(self) -> None:
+        super().reset()
+        self.shadow.reset()
+
+    def crop(self, n: int) -> None:
+        super().crop(n)
+        self.shadow.crop(n)
+
+    def sync(self) -> None:
+        self.shadow.sync()
+
+    def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
+        self.shadow.forward(ids, n_rows)
+        rows, h = super().forward(ids, n_rows, hidden)
+        if self.end is not None and not self.may_end():
+            hit = rows[:, self.end] > 0
+            rows[hit, self.end] = 0.0
+            rows[hit, int(self.end == 0)] = 1.0
+        return rows, h
+
+
+def replay_timed(
+    shadows: dict, gen: dict, eos_id: int | None, max_new_tokens: int, verify: bool, clock
+):
+    """Decode a recorded generation (`Generation.to_json()` of a token router's row, small-only,
+    large-only or speculative) again over `shadows` (role -> backend): the same steps emitting the
+    same tokens, so the same passes of the same sizes, timed by `clock`. Prompt token ids are
+    placeholders of the recorded length: a dense pass's cost does not depend on which ids.
+    `eos_id`: the end token of a generation that stopped on one (None: the run had none);
+    `max_new_tokens`: the run's budget; `verify`: the router had large read each draft
+    (speculative decoding)."""
+    from harness.core import DecodeConfig
+
+    ids, st = list(gen["token_ids"]), gen["steps"]
+    prompt = [(7 * i) % 100 + 10 for i in range(gen["n_prompt_tokens"])]
+    ended = gen["stop_reason"] == "eos"
+    nxt = ids + [eos_id] if ended else ids
+    router = RecordedRouter(st, verify)
+    # small proposes the end token only in the last step, and only if it gave it there: the
+    # last step emitted its kept draft, then large's token (a bonus after an accepted end token
+    # is dropped), so the end token was small's if fewer than all kept tokens remain
+    before = sum(st["kept"][:-1]) + sum(st["large_tokens"][:-1])
+    by_small = ended and len(ids) - before < st["kept"][-1]
+    last = len(st["drafted"]) - 1
+    guard = {"small": {"end": eos_id if ended else None,
+                       "may_end": lambda: by_small and router.i == last}}  # fmt: skip
+    models = {
+        role: Shadowed(s, role, prompt + nxt, nxt, len(prompt), s.n_vocab, s.info,
+                       ModeledClock(), lambda r, n: 0.0, **guard.get(role, {}))
+        for role, s in shadows.items()
+    }  # fmt: skip
+    if gen["stop_reason"] == "stop_string":  # no text here: stop where the run stopped
+        max_new_tokens = len(ids)
+    eos = () if eos_id is None else (eos_id,)
+    cfg = DecodeConfig(max_new_tokens=max_new_tokens, temperature=0.0, eos_ids=eos)
+    out = generate(models, router, prompt, cfg, None, clock)
+    if list(out.token_ids) != ids or list(out.provenance) != list(gen["provenance"]):
+        raise RuntimeError("the replay left the recorded generation (a bug in the replay)")
+    return out

@@ -238,3 +238,40 @@ def test_run_oracle_reuse_answers(pair, tmp_path):
     # the oracle replays with one drafted token per step only
     argv = ["--router-arg", "draft_len=2", *reuse]
     assert run_cmd(tmp_path / "k2", "oracle", models, *argv) == 2
+
+
+ROWS = {
+    "small": {},
+    "large": {},
+    "random": {"p": 0.4},
+    "speculative": {"k": 4},
+    # pass costs under which speculating stops paying off at times: steps of large alone
+    "speculative-adaptive": {
+        "adaptive": True,
+        "costs": {"small": {1: 0.01, 64: 0.3}, "large": {1: 0.011, 64: 0.05}},
+    },
+}
+
+
+@pytest.mark.parametrize("row", list(ROWS))
+def test_timed_replay_repeats_a_recorded_rows_passes(row):
+    """`replay_timed` (issue 14's GPU rows): a recorded row decoded again over models of the
+    same shape but other weights makes the same passes of the same sizes, EOS stops included."""
+    from harness.replay import replay_timed
+
+    models, shadows = tiny_backends(seed=2), tiny_backends(seed=5)
+    router = lambda: get_router(row.split("-")[0], ROWS[row])  # noqa: E731
+    free = generate(models, router(), PROMPTS[0], DecodeConfig(max_new_tokens=40))
+    # end tokens: one the row emits early; and 33, on which speculative decoding with k = 4
+    # accepts an end token small drafted, then drops large's bonus token after it
+    fw = lambda g: [(f.model, f.phase, f.tokens_in, f.cache_len) for f in g.forwards]  # noqa: E731
+    stops = set()
+    for end in (None, free.token_ids[5], 33):
+        cfg = DecodeConfig(max_new_tokens=40, eos_ids=() if end is None else (end,))
+        for p in PROMPTS:
+            rec = generate(models, router(), p, cfg)
+            again = replay_timed(shadows, rec.to_json(), end, 40, "spec" in row, lambda: 0.0)
+            assert fw(again) == fw(rec)
+            assert again.stop_reason == rec.stop_reason
+            stops.add(rec.stop_reason)
+    assert stops == {"eos", "max_tokens"}
