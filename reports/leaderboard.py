@@ -55,6 +55,13 @@ DEFINITIONS = (
     "Transfer: runs of routers trained on another task (their checkpoint's task) are listed "
     "apart and left out of the runs, routers and plots above them.",
 )
+DEVICE_DEFINITION = (
+    "Measured on a GPU machine: recorded runs replayed pass for pass with small on that "
+    "machine's CPU and large on its GPU (scripts/device_latency.py, random weights of each "
+    "model's shape, transformers bf16); measured tok/s [95% bootstrap CI over examples] beside "
+    "the cost model for that machine (copy-probe bandwidths; datasheet: H100 3,350 GB/s), no "
+    "network."
+)
 
 
 @dataclass(frozen=True)
@@ -258,6 +265,56 @@ def speed_table(df: pd.DataFrame, routers: pd.DataFrame, cache: dict) -> Table:
 PROFILE_COLUMNS = ("seed-xeon-a100", "h100")
 
 
+def rate_ci(tokens: list[int], seconds: list[float], n_boot: int = 1000) -> tuple[float, float]:
+    """95% percentile-bootstrap interval (seed 0) of sum(tokens) / sum(seconds) over examples."""
+    import numpy as np
+
+    t, s = np.asarray(tokens, float), np.asarray(seconds, float)
+    idx = np.random.default_rng(0).integers(0, len(t), (n_boot, len(t)))
+    rates = t[idx].sum(1) / s[idx].sum(1)
+    return float(np.percentile(rates, 2.5)), float(np.percentile(rates, 97.5))
+
+
+def device_tables(paths: list[Path]) -> list[Table]:
+    """One table per `scripts/device_latency.py` output: each replayed row measured on the GPU
+    machine beside its modeled speed there, and large alone through transformers' `generate`."""
+    import json
+
+    tables = []
+    for path in sorted(paths):
+        d = json.loads(path.read_text(encoding="utf-8"))
+        m, bw = d["machine"], d["bandwidth_gbs"]
+        rows = []
+        for name, row in d["rows"].items():
+            s, ex = row.get("summary"), row["examples"]
+            if not s:
+                continue
+            lo, hi = rate_ci([e["tokens"] for e in ex], [e["measured_s"] for e in ex])
+            sheet = s["modeled_tok_per_s_datasheet"]
+            args = ", ".join(f"{k}={v}" for k, v in sorted(row["router_args"].items()))
+            rows.append((name, args or "—", str(s["n"]), str(s["tokens"]),
+                         _num(s["large_token_share"]),
+                         f"{_num(s['measured_tok_per_s'], 1)} [{_num(lo, 1)}, {_num(hi, 1)}]",
+                         _num(s["modeled_tok_per_s_measured"], 1), _num(sheet, 1),
+                         _num(s["measured_tok_per_s"] / sheet),
+                         _num(s["recorded_tok_per_s_cpu_machine"], 1)))  # fmt: skip
+        g = d.get("generate_check") or {}
+        for kind in ("eager", "static_compiled"):
+            if f"{kind}_tok_per_s" in g:
+                rows.append((f"large alone, transformers generate ({kind})", "—", "1",
+                             str(g["tokens"]), _num(1.0), _num(g[f"{kind}_tok_per_s"], 1),
+                             "—", "—", "—", "—"))  # fmt: skip
+        title = (f"Measured on a GPU machine ({path.name}): {m['cpu']}, {m['cpu_threads']} "
+                 f"threads + {m['gpu']}; torch {m['torch']}, transformers {m['transformers']}; "
+                 f"copy probes CPU {bw['cpu_probe']:.1f} GB/s, GPU {bw['gpu_copy']:.0f} GB/s")  # fmt: skip
+        header = ("row", "setting", "n", "tokens", "large token share",
+                  "tok/s measured [95% CI]", "tok/s modeled (probes)",
+                  "tok/s modeled (datasheet)", "measured / modeled (datasheet)",
+                  "tok/s recorded on the sweep machine")  # fmt: skip
+        tables.append(Table(title, header, tuple(rows)))
+    return tables
+
+
 def transfer_table(df: pd.DataFrame) -> Table:
     """Runs of routers trained on another task."""
     rows = tuple(
@@ -354,11 +411,19 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
             md += [f"![{name}]({file})", ""]
             data = base64.b64encode(png).decode("ascii")
             body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
-    md += ["## Definitions", "", *[f"- {d}" for d in DEFINITIONS], ""]
+    device = device_tables(list((Path(results_dir) / "device").glob("*.json")))
+    if device:
+        md += ["## Measured on a GPU machine", ""]
+        body.append("<h2>Measured on a GPU machine</h2>")
+    for t in device:
+        md += [f"### {t.title}", "", _md_table(t), ""]
+        body += [f"<h3>{html.escape(t.title)}</h3>", _html_table(t)]
+    definitions = (*DEFINITIONS, DEVICE_DEFINITION) if device else DEFINITIONS
+    md += ["## Definitions", "", *[f"- {d}" for d in definitions], ""]
     body += [
         "<h2>Definitions</h2>",
         "<ul>",
-        *[f"<li>{html.escape(d)}</li>" for d in DEFINITIONS],
+        *[f"<li>{html.escape(d)}</li>" for d in definitions],
         "</ul>",
     ]
     (out / "leaderboard.md").write_text("\n".join(md), encoding="utf-8", newline="\n")

@@ -144,61 +144,13 @@ def load_rows(runs: list[Path], limit: int) -> list[tuple[Path, dict, list[dict]
     return [(run, m, [rec[i] for i in keep]) for run, m, rec in rows]
 
 
-def rate_ci(tokens: list[int], seconds: list[float], n_boot: int = 1000) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of sum(tokens) / sum(seconds) over examples."""
-    import numpy as np
-
-    t, s = np.asarray(tokens, float), np.asarray(seconds, float)
-    idx = np.random.default_rng(0).integers(0, len(t), (n_boot, len(t)))
-    rates = t[idx].sum(1) / s[idx].sum(1)
-    return float(np.percentile(rates, 2.5)), float(np.percentile(rates, 97.5))
-
-
-def report(paths: list[Path]) -> str:
-    """A Markdown table of the rows in `device_latency` outputs, per file."""
-    lines = []
-    for path in paths:
-        d = json.loads(path.read_text())
-        m, bw = d["machine"], d["bandwidth_gbs"]
-        lines += [
-            f"`{path}`: {m['cpu']} ({m['cpu_threads']} torch threads) + {m['gpu']}; torch "
-            f"{m['torch']}, transformers {m['transformers']}; copy probes: CPU "
-            f"{bw['cpu_probe']:.1f} GB/s (numpy, one thread), GPU {bw['gpu_copy']:.0f} GB/s",
-            "",
-            "| row | n | tokens | large-token share | measured tok/s [95% CI] | modeled tok/s (probes) "
-            "| modeled tok/s (H100 datasheet) | measured / modeled (datasheet) "
-            "| recorded tok/s on the CPU machine |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for name, row in d["rows"].items():
-            s = row.get("summary")
-            if not s:
-                continue
-            args = ", ".join(f"{k}={v}" for k, v in row["router_args"].items())
-            ex = row["examples"]
-            lo, hi = rate_ci([e["tokens"] for e in ex], [e["measured_s"] for e in ex])
-            lines.append(
-                f"| {name}{f' ({args})' if args else ''} | {s['n']} | {s['tokens']} "
-                f"| {s['large_token_share']:.3f} | {s['measured_tok_per_s']:.1f} [{lo:.1f}, {hi:.1f}] "
-                f"| {s['modeled_tok_per_s_measured']:.1f} | {s['modeled_tok_per_s_datasheet']:.1f} "
-                f"| {s['measured_tok_per_s'] / s['modeled_tok_per_s_datasheet']:.3f} "
-                f"| {s['recorded_tok_per_s_cpu_machine']:.1f} |"
-            )
-        g = d.get("generate_check") or {}
-        if "eager_tok_per_s" in g:
-            lines += ["", f"large alone in transformers' `generate`, {g['tokens']} tokens: eager "
-                      f"{g['eager_tok_per_s']:.1f} tok/s; static cache compiled "
-                      f"{g.get('static_compiled_tok_per_s', float('nan')):.1f} tok/s "
-                      f"(compile and warm-up {g.get('static_compiled_warm-up_s', float('nan')):.0f} s)"]  # fmt: skip
-        lines.append("")
-    return "\n".join(lines)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", type=Path)
     ap.add_argument("--save-configs", type=Path, help="write the default pair's configs and exit")
-    ap.add_argument("--report", type=Path, nargs="+", help="print outputs as a table and exit")
+    ap.add_argument("--report", type=Path, nargs="+",
+                    help="print outputs as the leaderboard's tables and exit (a results folder's "
+                         "device/*.json appear in its leaderboard)")  # fmt: skip
     ap.add_argument("--runs", type=Path, nargs="+", default=[])
     ap.add_argument("--limit", type=int, default=8, help="examples per row (see load_rows)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no example after this")
@@ -215,7 +167,10 @@ def main() -> None:
         save_configs(args.save_configs)
         return
     if args.report:
-        print(report(args.report))
+        from reports.leaderboard import _md_table, device_tables
+
+        for t in device_tables(args.report):
+            print(f"{t.title}\n\n{_md_table(t)}\n")
         return
     if args.threads:
         torch.set_num_threads(args.threads)

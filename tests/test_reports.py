@@ -162,3 +162,27 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
     transfer = md.split("### Transfer: routers trained on another task")[1]
     assert "| reward | threshold=1 | mbpp |" in transfer
     assert transfer_table(df[df["run"] == "reward_threshold1"]).rows[0][2] == "mbpp"
+
+
+def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path):
+    """A results folder's device/*.json (scripts/device_latency.py) becomes a table: measured
+    tok/s from the examples' own tokens and seconds, beside the modeled figures it recorded."""
+    import shutil
+
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    (copy / "device").mkdir()
+    data = ROOT / "docs" / "data" / "device-latency-h100.json"
+    shutil.copy(data, copy / "device" / data.name)
+    md = (write_report(copy, tmp_path / "report").parent / "leaderboard.md").read_text()
+    assert "NVIDIA H100 80GB HBM3" in md
+    md = md.split("\n## Measured on a GPU machine\n")[1]
+    d = json.loads(data.read_text())
+    for name, row in d["rows"].items():
+        ex = row["examples"]
+        rate = sum(e["tokens"] for e in ex) / sum(e["measured_s"] for e in ex)
+        sheet = row["summary"]["modeled_tok_per_s_datasheet"]
+        line = next(r for r in md.splitlines() if r.startswith(f"| {name} |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[2] == str(len(ex)) and cells[5].startswith(f"{rate:.1f} [")
+        assert cells[7] == f"{sheet:.1f}"
