@@ -16,6 +16,11 @@ passes, whose llama.cpp kernels round differently from one-token steps (a near-t
 with batching; README "Batched evaluation"); and at an answer's end-of-sequence the replayed
 large model emits small's end token when small proposes one of `eos_ids`, else the first
 (the records keep token ids without the end token, so only that last step's counts can differ).
+
+`replay_timed` (issue 14's rows on a lent GPU machine, `scripts/device_latency.py`) replays a
+recorded row of any of the two controls, a token router or speculative decoding step for step
+over models that also run each pass on a backend of the same shape, to time that schedule on
+other hardware with a wall clock.
 """
 
 from __future__ import annotations
@@ -144,8 +149,9 @@ def _replay(engine, router, job, answer: Generation, small, large, seconds):
 
 class RecordedRouter:
     """Repeats a recorded generation's steps (`steps` columns: drafted, kept, large_tokens): the
-    decisions of any token router (random, entropy, confidence, reward, citer), of small-only
-    and large-only, and of speculative decoding (`verify`: large read each draft first)."""
+    decisions of any token router, of small-only and large-only, and of speculative decoding
+    (`verify`: large read each draft first). A reward or CITER row's own passes (reward model,
+    hidden states) are not repeated: its small and large passes are."""
 
     name = "recorded"
 
