@@ -18,7 +18,7 @@ large model emits small's end token when small proposes one of `eos_ids`, else t
 (the records keep token ids without the end token, so only that last step's counts can differ).
 
 `replay_timed` (issue 14's rows on a lent GPU machine, `scripts/device_latency.py`) replays a
-recorded row of any of the two controls, a token router or speculative decoding step for step
+recorded row of either control, a token router or speculative decoding step for step
 over models that also run each pass on a backend of the same shape, to time that schedule on
 other hardware with a wall clock.
 """
