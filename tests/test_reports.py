@@ -186,3 +186,23 @@ def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path):
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[2] == str(len(ex)) and cells[5].startswith(f"{rate:.1f} [")
         assert cells[7] == f"{sheet:.1f}"
+
+
+def test_training_cost_table(tmp_path):
+    """scripts/training_cost.py: each training folder's cost.jsonl summed (resumed invocations
+    too), its examples from what it holds, and a run's cost from its summary."""
+    data, run = tmp_path / "reward-data", tmp_path / "gsm8k-train-small"
+    data.mkdir()
+    run.mkdir()
+    lines = [{"argv": ["reward-data", "--out", "x"], "wall_s": 1800.0, "tokens_generated": 700},
+             {"argv": ["reward-data", "--out", "x"], "wall_s": 1800.0, "tokens_generated": 300}]  # fmt: skip
+    (data / "cost.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (data / "manifest.json").write_text(json.dumps({"prompts": 20, "tasks": ["gsm8k", "mbpp"]}))
+    (data / "pairs.jsonl").write_text("")
+    summary = {"n": 10, "examples_per_hour": 20.0, "tokens_per_example": 30.5, "router": "small",
+               "split": "train", "task": "gsm8k"}  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+    out = subprocess.run([sys.executable, "scripts/training_cost.py", str(tmp_path)], cwd=ROOT,
+                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    assert "| reward-data | reward-data | 20 prompts (gsm8k, mbpp) | 2 | 1.00 | 1,000 |" in out
+    assert "| gsm8k-train-small | run (small, train) | 10 gsm8k examples | — | 0.50 | 305 |" in out
