@@ -304,8 +304,8 @@ def device_tables(paths: list[Path]) -> list[Table]:
                 rows.append((f"large alone, transformers generate ({kind})", "—", "1",
                              str(g["tokens"]), _num(1.0), _num(g[f"{kind}_tok_per_s"], 1),
                              "—", "—", "—", "—"))  # fmt: skip
-        title = (f"Measured on a GPU machine ({path.name}): {m['cpu']}, {m['cpu_threads']} "
-                 f"threads + {m['gpu']}; torch {m['torch']}, transformers {m['transformers']}; "
+        title = (f"{path.name}: {m['cpu']}, {m['cpu_threads']} CPU threads + {m['gpu']}; "
+                 f"torch {m['torch']}, transformers {m['transformers']}; "
                  f"copy probes CPU {bw['cpu_probe']:.1f} GB/s, GPU {bw['gpu_copy']:.0f} GB/s")  # fmt: skip
         header = ("row", "setting", "n", "tokens", "large token share",
                   "tok/s measured [95% CI]", "tok/s modeled (probes)",
