@@ -18,8 +18,13 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
 
 run() { # TASK ROUTER LIMIT [run args...]: one chunk, under the lock
-    local task=$1 router=$2 limit=$3
+    local task=$1 router=$2 limit=$3 rec
     shift 3
+    rec="$OUT/$task-$router/records.jsonl"
+    if [ -f "$OUT/$task-$router/summary.json" ] && [ -f "$rec" ] && \
+        [ "$(grep -c '"error": ""' "$rec")" -ge "$limit" ]; then
+        return 0 # done already: skip loading the pair
+    fi
     echo "== $(date -u +%H:%M:%S) $task $router --limit $limit $*"
     flock "$LOCK" hybridbench run --task "$task" --router "$router" --backend llama.cpp \
         --threads 2 --limit "$limit" --out "$OUT/$task-$router" "$@"
