@@ -165,3 +165,29 @@ def test_choose_backend():
         choose("llama.cpp", False, "cpu")
     with pytest.raises(UserError, match="unknown backend"):
         choose("vllm", True, "cpu")
+
+
+def test_gguf_sizes_are_read_once_per_file(tmp_path, monkeypatch):
+    """Parsing a GGUF header takes seconds for a real vocabulary: sizes are cached per file
+    (path, size, modification time) and read again when the file changes."""
+    import os
+    import shutil
+
+    import harness.backends.llamacpp as lc
+
+    monkeypatch.setenv("HYBRIDBENCH_CACHE", str(tmp_path / "cache"))
+    copy = tmp_path / "m.gguf"
+    shutil.copy(tiny_gguf_pair()[0], copy)
+    reads = []
+    real = lc._read_gguf_sizes
+    monkeypatch.setattr(lc, "_read_gguf_sizes", lambda *a: reads.append(a) or real(*a))
+    first = gguf_info(copy, "small", "tiny", "abc")
+    again = gguf_info(copy, "large", "other", "def")
+    assert len(reads) == 1
+    assert (again.name, again.source, again.sha256) == ("large", "other", "def")
+    assert again.__dict__ | {"name": "small", "source": "tiny", "sha256": "abc"} == first.__dict__
+    gguf_info(copy, "small", "tiny", embeddings_only=True)  # counts other tensors: its own entry
+    assert len(reads) == 2
+    st = copy.stat()
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert gguf_info(copy, "small", "tiny", "abc") == first and len(reads) == 3

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -76,7 +77,43 @@ def gguf_info(
 ) -> ModelInfo:
     """Sizes of a GGUF file from its header: what the cost model and the manifest need.
     `embeddings_only`: the vocabulary projection is never computed (`LlamaCppBackend`), so its
-    weights are not counted as read."""
+    weights are not counted as read. Reading the header means parsing every field (the
+    tokenizer's 150k strings: ~15 s a file on this project's CPU), so the sizes are cached per
+    file path, size and modification time (cache_dir()/gguf-info/)."""
+    sizes = _gguf_sizes(Path(path), embeddings_only)
+    return ModelInfo(
+        name=role,
+        source=source,
+        device="cpu",
+        sha256=sha256,
+        backend=f"llama.cpp {library_version()}",
+        **sizes,
+    )
+
+
+def _gguf_sizes(path: Path, embeddings_only: bool) -> dict:
+    import hashlib
+    import json
+
+    from harness.models import cache_dir
+
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise UserError(f"not a readable GGUF file: {path} ({e})") from None
+    key = json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, embeddings_only])
+    cached = cache_dir() / "gguf-info" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    sizes = _read_gguf_sizes(path, embeddings_only)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(sizes))
+    tmp.replace(cached)  # atomic: a concurrent reader sees the whole file or none
+    return sizes
+
+
+def _read_gguf_sizes(path: Path, embeddings_only: bool) -> dict:
     from gguf import GGUFReader
 
     try:
@@ -97,17 +134,12 @@ def gguf_info(
     ) // max(heads, 1)
     skip = {"token_embd.weight"} | ({"output.weight"} if embeddings_only else set())
     read = [t for t in reader.tensors if t.name not in skip]
-    return ModelInfo(
-        name=role,
-        source=source,
-        device="cpu",
-        dtype="gguf:" + quantization(reader),
-        n_params=sum(int(t.n_elements) for t in reader.tensors),
-        weight_bytes=sum(int(t.n_bytes) for t in read),
-        kv_bytes_per_token=2 * layers * kv_heads * head_dim * 2,
-        sha256=sha256,
-        backend=f"llama.cpp {library_version()}",
-    )
+    return {
+        "dtype": "gguf:" + quantization(reader),
+        "n_params": sum(int(t.n_elements) for t in reader.tensors),
+        "weight_bytes": sum(int(t.n_bytes) for t in read),
+        "kv_bytes_per_token": 2 * layers * kv_heads * head_dim * 2,
+    }
 
 
 def quantization(reader) -> str:
