@@ -85,8 +85,8 @@ def gpu_copy_bandwidth(nbytes: int = 2**30, repeats: int = 10) -> float:
 
 def generate_check(backend, n_new: int, prompt_len: int = 128) -> dict:
     """Large alone through transformers' own `generate` (greedy, `n_new` tokens), eager with its
-    dynamic cache and then with a static cache compiled into CUDA graphs: how far the eager
-    per-token cost of this engine is from what the same GPU does without launch overhead."""
+    dynamic cache and then with a static cache (which transformers compiles with torch.compile on
+    a GPU): how far this engine's eager per-token cost is from what the same GPU does compiled."""
     model = backend.model
     ids = (torch.arange(prompt_len, device=model.device) % 100 + 10)[None]
     out = {}
