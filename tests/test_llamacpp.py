@@ -176,6 +176,7 @@ def test_gguf_sizes_are_read_once_per_file(tmp_path, monkeypatch):
     import harness.backends.llamacpp as lc
 
     monkeypatch.setenv("HYBRIDBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(lc, "CACHE_GGUF_INFO_FROM", 0)  # the tiny file stands in for a real one
     copy = tmp_path / "m.gguf"
     shutil.copy(tiny_gguf_pair()[0], copy)
     reads = []

@@ -51,6 +51,7 @@ from harness.records import ModelInfo
 
 DEFAULT_N_CTX = 4096  # prompt + completion tokens one generation may hold
 DEFAULT_N_BATCH = 512  # tokens per llama_decode call (longer feeds are split)
+CACHE_GGUF_INFO_FROM = 64 << 20  # bytes: GGUF files at least this big have their sizes cached
 
 
 @functools.cache
@@ -78,8 +79,8 @@ def gguf_info(
     """Sizes of a GGUF file from its header: what the cost model and the manifest need.
     `embeddings_only`: the vocabulary projection is never computed (`LlamaCppBackend`), so its
     weights are not counted as read. Reading the header means parsing every field (the
-    tokenizer's 150k strings: ~15 s a file on this project's CPU), so the sizes are cached per
-    file path, size and modification time (cache_dir()/gguf-info/)."""
+    tokenizer's 150k strings: ~15 s a file on this project's CPU), so the sizes of a real model's
+    file are cached per path, size and modification time (cache_dir()/gguf-info/)."""
     sizes = _gguf_sizes(Path(path), embeddings_only)
     return ModelInfo(
         name=role,
@@ -101,6 +102,8 @@ def _gguf_sizes(path: Path, embeddings_only: bool) -> dict:
         st = path.stat()
     except OSError as e:
         raise UserError(f"not a readable GGUF file: {path} ({e})") from None
+    if st.st_size < CACHE_GGUF_INFO_FROM:  # a small file's header reads fast: nothing to keep
+        return _read_gguf_sizes(path, embeddings_only)
     key = json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, embeddings_only])
     cached = cache_dir() / "gguf-info" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
     if cached.is_file():
