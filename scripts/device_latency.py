@@ -158,6 +158,8 @@ def main() -> None:
     ap.add_argument("--large-device", default="cuda")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     ap.add_argument("--eos-id", type=int, default=EOS_PLACEHOLDER, help="end token id to replay")
+    ap.add_argument("--warmup-examples", type=int, default=0,
+                    help="replay this many first examples of every row untimed (in --limit)")  # fmt: skip
     ap.add_argument("--generate-check", type=int, default=0,
                     help="also time large alone in transformers' generate for this many tokens, "
                          "eager and compiled (static cache), after the rows")  # fmt: skip
@@ -208,6 +210,14 @@ def main() -> None:
         w = {**warm, "stop_reason": "max_tokens", "steps": steps,
              "provenance": [int(gen_large)] * len(warm["token_ids"])}  # fmt: skip
         replay_timed(shadows, w, None, len(w["token_ids"]), False, time.perf_counter)
+    # and whole examples of every row, untimed: the first pass at each new cache length is slower
+    # on the GPU (first example of large-only ~2.5x the rest per pass, docs/issue14-device.md)
+    for i in range(args.warmup_examples):
+        for _, manifest, records in rows:
+            replay_timed(shadows, records[i]["generation"], args.eos_id,
+                         manifest["decode"]["max_new_tokens"],
+                         manifest["router"] == "speculative", time.perf_counter)  # fmt: skip
+    out["warmup_examples"] = [r["example_id"] for r in rows[0][2][: args.warmup_examples]]
     out["setup_s"] = time.perf_counter() - t_start
     for run, manifest, _ in rows:
         out["rows"][run.name] = {
@@ -218,7 +228,7 @@ def main() -> None:
             "examples": [],
         }
     # example by example across the rows, so a cut by --budget-s leaves every row the same n
-    for i in range(len(rows[0][2])):
+    for i in range(args.warmup_examples, len(rows[0][2])):
         if time.perf_counter() - t_start > args.budget_s:
             out["cut_by_budget_at_example"] = i
             break
