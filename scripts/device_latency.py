@@ -210,8 +210,8 @@ def main() -> None:
         w = {**warm, "stop_reason": "max_tokens", "steps": steps,
              "provenance": [int(gen_large)] * len(warm["token_ids"])}  # fmt: skip
         replay_timed(shadows, w, None, len(w["token_ids"]), False, time.perf_counter)
-    # and whole examples of every row, untimed: the first pass at each new cache length is slower
-    # on the GPU (first example of large-only ~2.5x the rest per pass, docs/issue14-device.md)
+    # and whole examples of every row, untimed: the first example's large passes were ~2.5x the
+    # rest's on the GPU (first use of each cache length, most likely; docs/issue14-device.md)
     for i in range(args.warmup_examples):
         for _, manifest, records in rows:
             replay_timed(shadows, records[i]["generation"], args.eos_id,
