@@ -7,6 +7,9 @@
 #   nohup bash scripts/issue11_runs.sh >> /work/logs/issue11-runs.log 2>&1 &
 #   python scripts/task_validity.py runs/validity          # the table, at any time
 #
+# Order: gsm8k and mbpp's first 100 examples unbatched, the reference check on them, then the
+# rest batched.
+#
 # Budgets are each task's own max_new_tokens (tasks/*.py), so the runs use what
 # `hybridbench run --task T` uses. Sizes: the issue's (>= 200 test examples for gsm8k, mbpp,
 # mmlu; all 85 of humaneval's test split; >= 50 for the others; cnn_dm has only the project's
@@ -50,6 +53,12 @@ run gsm8k small 20 --batch 1 # the pilot that set gsm8k's budget (docs/issue11-r
 run gsm8k large 20 --batch 1
 both gsm8k 100 50 --batch 1
 both mbpp 100 50 --batch 1
+# the reference check as soon as its examples exist (it resumes; first 50, then 100)
+for n in 50 100; do
+    echo "== $(date -u +%H:%M:%S) reference check --limit $n"
+    flock "$LOCK" python scripts/reference_check.py --runs "$OUT" --tasks gsm8k,mbpp \
+        --limit "$n" --out runs/reference --threads 2
+done
 both gsm8k 200 100
 both mbpp 200 100
 both humaneval 85 85
@@ -58,9 +67,4 @@ both math500 50 25
 both arc_challenge 50 50
 both commonsense_qa 50 50
 both cnn_dm 8 8 --split all
-for n in 50 100; do
-    echo "== $(date -u +%H:%M:%S) reference check --limit $n"
-    flock "$LOCK" python scripts/reference_check.py --runs "$OUT" --tasks gsm8k,mbpp \
-        --limit "$n" --out runs/reference --threads 2
-done
 echo "== $(date -u +%H:%M:%S) done"
