@@ -104,16 +104,32 @@ def bootstrap_ci(
     Example: [1, 1, 1] -> (1.0, 1.0).
     """
     x = np.asarray(values, dtype=float)
-    if x.size == 0:
+    return _bootstrap(x.size, lambda idx: x[idx].mean(axis=1), n_boot, confidence, seed)
+
+
+def ratio_ci(
+    num: Sequence[float], den: Sequence[float], n_boot: int = 1000, seed: int = 0
+) -> tuple[float, float]:
+    """95% percentile bootstrap CI of sum(num) / sum(den), resampling examples (each example's
+    pair together), e.g. tokens per second over examples; the draws are `bootstrap_ci`'s.
+    Example: num [2, 2], den [1, 1] -> (2.0, 2.0)."""
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    return _bootstrap(a.size, lambda idx: a[idx].sum(axis=1) / b[idx].sum(axis=1), n_boot,
+                      0.95, seed)  # fmt: skip
+
+
+def _bootstrap(n: int, statistic, n_boot: int, confidence: float, seed: int):
+    """The percentile interval of `statistic` over `n_boot` resamples of n items with
+    replacement (numpy PCG64 seeded with `seed`); `statistic` maps [rows, n] indices to [rows]."""
+    if n == 0:
         return NAN, NAN
     rng = np.random.default_rng(seed)
-    rows = max(1, min(n_boot, 1_000_000 // x.size))  # bound memory: at most ~1e6 draws at once
-    means = []
+    rows = max(1, min(n_boot, 1_000_000 // n))  # bound memory: at most ~1e6 draws at once
+    stats = []
     for start in range(0, n_boot, rows):
-        idx = rng.integers(0, x.size, size=(min(rows, n_boot - start), x.size))
-        means.append(x[idx].mean(axis=1))
+        stats.append(statistic(rng.integers(0, n, size=(min(rows, n_boot - start), n))))
     tail = (1 - confidence) / 2 * 100
-    lo, hi = np.percentile(np.concatenate(means), [tail, 100 - tail])
+    lo, hi = np.percentile(np.concatenate(stats), [tail, 100 - tail])
     return float(lo), float(hi)
 
 

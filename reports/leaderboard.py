@@ -265,16 +265,6 @@ def speed_table(df: pd.DataFrame, routers: pd.DataFrame, cache: dict) -> Table:
 PROFILE_COLUMNS = ("seed-xeon-a100", "h100")
 
 
-def rate_ci(tokens: list[int], seconds: list[float], n_boot: int = 1000) -> tuple[float, float]:
-    """95% percentile-bootstrap interval (seed 0) of sum(tokens) / sum(seconds) over examples."""
-    import numpy as np
-
-    t, s = np.asarray(tokens, float), np.asarray(seconds, float)
-    idx = np.random.default_rng(0).integers(0, len(t), (n_boot, len(t)))
-    rates = t[idx].sum(1) / s[idx].sum(1)
-    return float(np.percentile(rates, 2.5)), float(np.percentile(rates, 97.5))
-
-
 def device_tables(paths: list[Path]) -> list[Table]:
     """One table per `scripts/device_latency.py` output: each replayed row measured on the GPU
     machine beside its modeled speed there, and large alone through transformers' `generate`."""
@@ -289,7 +279,7 @@ def device_tables(paths: list[Path]) -> list[Table]:
             s, ex = row.get("summary"), row["examples"]
             if not s:
                 continue
-            lo, hi = rate_ci([e["tokens"] for e in ex], [e["measured_s"] for e in ex])
+            lo, hi = metrics.ratio_ci([e["tokens"] for e in ex], [e["measured_s"] for e in ex])
             sheet = s["modeled_tok_per_s_datasheet"]
             args = ", ".join(f"{k}={v}" for k, v in sorted(row["router_args"].items()))
             rows.append((name, args or "—", str(s["n"]), str(s["tokens"]),
