@@ -284,3 +284,12 @@ def test_aiq_edge_cases():
     assert math.isnan(frontier.aiq([0.3], [0.6]))  # zero cost range
     with pytest.raises(ValueError, match="below the cheapest point"):
         frontier.aiq([0.2, 1.0], [0.5, 0.9], (0.0, 1.0))
+
+
+def test_ratio_ci_resamples_like_bootstrap_ci():
+    """With every denominator 1 the ratio of sums is the mean: the same draws, the same CI."""
+    x = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0]
+    assert metrics.ratio_ci(x, [1.0] * len(x)) == pytest.approx(metrics.bootstrap_ci(x))
+    lo, hi = metrics.ratio_ci([10, 30], [1, 2])
+    assert 10 <= lo <= hi <= 15  # each resample's sum(num) / sum(den) lies within these
+    assert all(math.isnan(v) for v in metrics.ratio_ci([], []))
