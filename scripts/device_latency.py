@@ -13,8 +13,8 @@ by the copy probe, the GPU's by a device copy; no network) and for the H100 data
         CARRY/random --limit 8 --budget-s 420 --out $OUT/device-latency.json
 
 `--configs` holds small/config.json and large/config.json (`--save-configs DIR` writes them here
-from the packaged models). The output is rewritten after every example, so a run cut short by its
-time limit keeps what it measured.
+from the packaged models). The output (rows and their summaries) is rewritten after every
+example, so a run cut short by its time limit keeps what it measured.
 """
 
 from __future__ import annotations
@@ -144,6 +144,22 @@ def load_rows(runs: list[Path], limit: int) -> list[tuple[Path, dict, list[dict]
     return [(run, m, [rec[i] for i in keep]) for run, m, rec in rows]
 
 
+def summary(examples: list[dict]) -> dict:
+    """A row's totals over its timed examples: tokens per second measured, modeled under each
+    profile, and recorded on the machine that made the run."""
+    toks = sum(e["tokens"] for e in examples)
+    rate = lambda secs: toks / sum(secs)  # noqa: E731
+    return {
+        "n": len(examples),
+        "tokens": toks,
+        "large_token_share": sum(e["large_tokens"] for e in examples) / toks,
+        "measured_tok_per_s": rate(e["measured_s"] for e in examples),
+        **{f"modeled_tok_per_s_{k}": rate(e["modeled_s"][k] for e in examples)
+           for k in examples[0]["modeled_s"]},
+        "recorded_tok_per_s_cpu_machine": rate(e["recorded_s_cpu_machine"] for e in examples),
+    }  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", type=Path)
@@ -210,13 +226,18 @@ def main() -> None:
         w = {**warm, "stop_reason": "max_tokens", "steps": steps,
              "provenance": [int(gen_large)] * len(warm["token_ids"])}  # fmt: skip
         replay_timed(shadows, w, None, len(w["token_ids"]), False, time.perf_counter)
+
+    def replay(manifest: dict, gen: dict):
+        """The recorded generation of that run decoded again over the shadows, timed."""
+        verify = manifest["router"] == "speculative"  # large reads each draft first
+        budget = manifest["decode"]["max_new_tokens"]
+        return replay_timed(shadows, gen, args.eos_id, budget, verify, time.perf_counter)
+
     # and whole examples of every row, untimed: the first example's large passes were ~2.5x the
     # rest's on the GPU (first use of each cache length, most likely; docs/issue14-device.md)
     for i in range(args.warmup_examples):
         for _, manifest, records in rows:
-            replay_timed(shadows, records[i]["generation"], args.eos_id,
-                         manifest["decode"]["max_new_tokens"],
-                         manifest["router"] == "speculative", time.perf_counter)  # fmt: skip
+            replay(manifest, records[i]["generation"])
     out["warmup_examples"] = [r["example_id"] for r in rows[0][2][: args.warmup_examples]]
     out["setup_s"] = time.perf_counter() - t_start
     for run, manifest, _ in rows:
@@ -234,9 +255,7 @@ def main() -> None:
             break
         for run, manifest, records in rows:
             rec, gen = records[i], records[i]["generation"]
-            verify = manifest["router"] == "speculative"
-            budget = manifest["decode"]["max_new_tokens"]
-            again = replay_timed(shadows, gen, args.eos_id, budget, verify, time.perf_counter)
+            again = replay(manifest, gen)
             r = {"generation": again.to_json()}
             by_pass: dict[str, list[float]] = {}
             for f in again.forwards:
@@ -255,24 +274,12 @@ def main() -> None:
                 "median_pass_s": {k: statistics.median(v) for k, v in by_pass.items()},
                 "passes": {k: len(v) for k, v in by_pass.items()},
             })  # fmt: skip
-            args.out.write_text(json.dumps(out, indent=1))
+            out["rows"][run.name]["summary"] = summary(out["rows"][run.name]["examples"])
+            args.out.write_text(json.dumps(out, indent=1))  # a run cut short keeps its rows
             print(f"{run.name} {rec['example_id']}: {len(again.token_ids)} tokens "
                   f"{again.seconds:.2f} s", flush=True)  # fmt: skip
     for name, row in out["rows"].items():
-        ex = row["examples"]
-        if ex:
-            toks, secs = sum(e["tokens"] for e in ex), sum(e["measured_s"] for e in ex)
-            row["summary"] = {
-                "n": len(ex),
-                "tokens": toks,
-                "large_token_share": sum(e["large_tokens"] for e in ex) / toks,
-                "measured_tok_per_s": toks / secs,
-                **{f"modeled_tok_per_s_{k}": toks / sum(e["modeled_s"][k] for e in ex)
-                   for k in profiles},
-                "recorded_tok_per_s_cpu_machine": toks / sum(e["recorded_s_cpu_machine"]
-                                                             for e in ex),
-            }  # fmt: skip
-            print(name, json.dumps(row["summary"]), flush=True)
+        print(name, json.dumps(row.get("summary")), flush=True)
     if args.generate_check:
         out["generate_check"] = {"tokens": args.generate_check}
         args.out.write_text(json.dumps(out, indent=1))
