@@ -100,9 +100,7 @@ def run_demo(args) -> int:
         done = [root / r / "summary.json" for r in ("small", "large")]
         if name == "oracle" and all(f.is_file() for f in done):
             argv += ["--reuse-answers", f"{root / 'small'},{root / 'large'}"]
-        rc = _run_shared(argv, shared)
-        if rc == 2:
-            return rc
+        _run_shared(argv, shared)
         rows.append(json.loads((out / "summary.json").read_text()))
     print(demo_table(rows))
     return 0
@@ -111,26 +109,23 @@ def run_demo(args) -> int:
 def _run_shared(argv: list[str], shared: dict) -> int:
     """`hybridbench run argv` with the pair loaded once for all of the demo's runs (`shared`
     keeps it): loading and setting up a pair took ~35 s a run on the development VM. Models a
-    router brings (the reward model) join a copy of that engine for its run."""
+    router brings (the reward model) join a copy of that engine for its run. A UserError goes up
+    to `cli.main`, which prints it and exits 2, as it did for each run before."""
     from harness import engine as engines
     from harness.runner import run_run
     from routers import get_router, parse_args
 
     args = cli.build_parser(argv).parse_args(argv)
-    try:
-        router = get_router(args.router, parse_args(args.router_arg))
-        if "engine" not in shared:
-            shared["engine"] = engines.engine_from_args(args)
-        pair = shared["engine"]
-        extra = router.backends(pair)  # what engine_from_args would attach (and its checks)
-        engine = pair
-        if extra:
-            engine = engines.Engine(pair.tokenizer, {**pair.backends, **extra}, pair.batch)
-            engine.batch_probe = pair.batch_probe
-        return run_run(args, engine=engine)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    router = get_router(args.router, parse_args(args.router_arg))
+    if "engine" not in shared:
+        shared["engine"] = engines.engine_from_args(args)
+    pair = shared["engine"]
+    extra = router.backends(pair)  # what engine_from_args would attach (and its checks)
+    engine = pair
+    if extra:
+        engine = engines.Engine(pair.tokenizer, {**pair.backends, **extra}, pair.batch)
+        engine.batch_probe = pair.batch_probe
+    return run_run(args, engine=engine)
 
 
 def demo_table(rows: list[dict]) -> str:
