@@ -56,7 +56,11 @@ def run_chain(script: str, tmp_path: Path, trained: bool) -> list[str]:
     )
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / script)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -89,7 +93,8 @@ def test_issue14_chain_command_lines_parse(tmp_path, trained):
     for task in ("gsm8k", "mbpp", "humaneval"):
         row = next(s for s in sweeps if f"--task {task} " in s and "adaptive" not in s)
         routers = row.split("--routers ")[1].split()[0].split(",")
-        assert {"oracle", "speculative", "random", "entropy", "confidence", "random_query"} <= set(routers)
+        controls = {"oracle", "speculative", "random", "entropy", "confidence", "random_query"}
+        assert controls <= set(routers)
         assert ({"reward", "citer", "query"} <= set(routers)) == trained
     reward_calibrations = [line for line in parsed if "calibrate --router reward" in line]
     assert len(reward_calibrations) == (3 if trained else 0)
