@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from harness.errors import UserError
@@ -84,9 +86,23 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _terminated(signum, frame):
+    raise KeyboardInterrupt  # so that SIGTERM closes runs as Ctrl-C does (files, timers, costs)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():
+        return _main(args, argv)
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _main(args, argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args, argv: list[str]) -> int:
     try:
         if args.command == "routers":
             from routers import ROUTERS

@@ -133,6 +133,7 @@ def run_run(args, engine=None) -> int:
                 done,
                 session,
                 reuse,
+                on_progress=lambda: _write_json(out / "manifest.json", manifest),
             )
         finally:  # the session's throughput is kept even when it is interrupted
             _write_json(out / "manifest.json", manifest)
@@ -175,10 +176,13 @@ def decode_examples(
     done: dict,
     session=None,
     reuse: dict | None = None,
+    on_progress=None,
 ) -> None:
     """Decode `engine.batch` examples at a time (`Engine.generate_many`), score and append each
     as it finishes; a failure is recorded (and retried on resume). `session` (a dict) gets the
-    examples, emitted tokens and wall seconds of this call, also when it is interrupted.
+    examples, emitted tokens and wall seconds of this call, brought up to date after every
+    example, when `on_progress()` is called (the runner saves the manifest then: a process
+    killed outright loses at most the example in flight), and at the end, also on an interrupt.
     `reuse` (`reused_runs`): a query router's answers are taken from those runs, the oracle's
     replayed along large's (`harness.replay`); the session's wall seconds then count each reused
     example's modeled seconds (`reused_seconds`) instead of the time spent reusing it."""
@@ -242,14 +246,23 @@ def decode_examples(
                         session["reused"]["seconds"] += seconds
                 bar.update()
                 bar.set_postfix_str(_progress(done.values(), task.metric))
+                _clock(session, start, reuse)
+                if on_progress is not None:
+                    on_progress()
     finally:
-        session["wall_s"] = round(time.perf_counter() - start, 3)
-        if reuse:  # reused examples count their modeled seconds, not the time spent reusing
-            session["measured_wall_s"] = session["wall_s"]
-            session["reused"]["spent_s"] = round(reuse["spent"], 3)
-            wall = session["wall_s"] - reuse["spent"] + session["reused"]["seconds"]
-            session["wall_s"] = round(wall, 3)
+        _clock(session, start, reuse)
         bar.close()
+
+
+def _clock(session: dict, start: float, reuse: dict | None) -> None:
+    """The session's wall seconds so far. With reused answers, the reused examples count their
+    modeled seconds instead of the time spent reusing them (`measured_wall_s` keeps the clock)."""
+    session["wall_s"] = round(time.perf_counter() - start, 3)
+    if reuse:
+        session["measured_wall_s"] = session["wall_s"]
+        session["reused"]["spent_s"] = round(reuse["spent"], 3)
+        wall = session["wall_s"] - reuse["spent"] + session["reused"]["seconds"]
+        session["wall_s"] = round(wall, 3)
 
 
 # What must match between a run and the small-only / large-only runs whose answers it reuses.

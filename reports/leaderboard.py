@@ -55,6 +55,13 @@ DEFINITIONS = (
     "Transfer: runs of routers trained on another task (their checkpoint's task) are listed "
     "apart and left out of the runs, routers and plots above them.",
 )
+COST_DEFINITION = (
+    "Cost: what each run took on the machine that ran it, from its manifest's sessions (one per "
+    "`hybridbench run` invocation that decoded examples, resumed ones included): backends, batch "
+    "sizes, examples and tokens decoded, wall hours summed; examples/hour = examples / wall "
+    "hours. Rows that take their answers from other runs (--reuse-answers) count only their "
+    "own routing passes. 'all runs' sums the task's rows."
+)
 DEVICE_DEFINITION = (
     "Measured on a GPU machine: recorded runs replayed pass for pass with small on that "
     "machine's CPU and large on its GPU (scripts/device_latency.py, random weights of each "
@@ -324,6 +331,44 @@ def transfer_table(df: pd.DataFrame) -> Table:
     return Table("Transfer: routers trained on another task", header, rows)
 
 
+def _backends(small: str, large: str) -> str:
+    small, large = small or "—", large or "—"
+    return small if small == large else f"{small} / {large}"
+
+
+def cost_table(df: pd.DataFrame) -> Table:
+    """Each run's sessions summed (reports.load.session_totals), and all of them together."""
+    df = df.sort_values("run")
+
+    def hours(seconds: float) -> str:
+        return f"{seconds / 3600:.2f}"
+
+    def per_hour(examples: int, seconds: float) -> str:
+        return f"{examples / (seconds / 3600):.1f}" if seconds > 0 else "—"
+
+    rows = [
+        (
+            r["run"],
+            _backends(r["backend_small"], r["backend_large"]),
+            r["session_batches"] or "—",
+            str(int(r["sessions"])),
+            str(int(r["session_examples"])),
+            str(int(r["session_tokens"])),
+            hours(r["session_wall_s"]),
+            per_hour(int(r["session_examples"]), r["session_wall_s"]),
+        )
+        for _, r in df.iterrows()
+    ]
+    examples, wall = int(df["session_examples"].sum()), float(df["session_wall_s"].sum())
+    rows.append(
+        ("all runs", "", "", str(int(df["sessions"].sum())), str(examples),
+         str(int(df["session_tokens"].sum())), hours(wall), per_hour(examples, wall))
+    )  # fmt: skip
+    header = ("run", "backend (small / large)", "batch", "sessions", "examples", "tokens",
+              "wall hours", "examples/hour")  # fmt: skip
+    return Table("Cost: wall time on the machine that ran each run", header, tuple(rows))
+
+
 def provenance_table(df: pd.DataFrame) -> Table:
     """Where each run came from: commit, start time and models, as the manifests say."""
     rows = tuple(
@@ -378,6 +423,7 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
     title = f"hybridbench leaderboard: {Path(results_dir).resolve().name}"
     md, body = [f"# {title}", ""], [f"<h1>{html.escape(title)}</h1>"]
     cache: dict = {}
+    costed = False
     for task, g_all in df.groupby("task", sort=True):
         moved = g_all["transfer"].fillna(False).astype(bool) if "transfer" in g_all else None
         g = g_all[~moved] if moved is not None else g_all
@@ -389,6 +435,9 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
         tables.append(speed_table(g, routers, cache))
         if moved is not None and moved.any():
             tables.append(transfer_table(g_all[moved]))
+        if "sessions" in g_all and g_all["sessions"].gt(0).any():
+            costed = True
+            tables.append(cost_table(g_all))
         for t in (*tables, provenance_table(g_all)):
             md += [f"### {t.title}", "", _md_table(t), ""]
             body += [f"<h3>{html.escape(t.title)}</h3>", _html_table(t)]
@@ -408,7 +457,11 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
     for t in device:
         md += [f"### {t.title}", "", _md_table(t), ""]
         body += [f"<h3>{html.escape(t.title)}</h3>", _html_table(t)]
-    definitions = (*DEFINITIONS, DEVICE_DEFINITION) if device else DEFINITIONS
+    definitions = (
+        *DEFINITIONS,
+        *([COST_DEFINITION] if costed else []),
+        *([DEVICE_DEFINITION] if device else []),
+    )
     md += ["## Definitions", "", *[f"- {d}" for d in definitions], ""]
     body += [
         "<h2>Definitions</h2>",

@@ -114,8 +114,28 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict:
         started=manifest.get("started", ""),
         model_small=(models.get("small") or {}).get("source", ""),
         model_large=(models.get("large") or {}).get("source", ""),
+        **session_totals(manifest),
     )
     return row
+
+
+def session_totals(manifest: dict) -> dict:
+    """What a run's invocations cost, from its manifest's `sessions` (one per `hybridbench run`
+    that decoded examples): how many, their batch sizes, examples, tokens and wall seconds
+    summed; each model's backend. Runs written before sessions were recorded give 0 sessions."""
+    sessions = manifest.get("sessions") or []
+    models = manifest.get("models") or {}
+    return {
+        "sessions": len(sessions),
+        "session_batches": ", ".join(
+            str(b) for b in sorted({int(s["batch"]) for s in sessions if "batch" in s})
+        ),
+        "session_examples": sum(int(s.get("examples") or 0) for s in sessions),
+        "session_tokens": sum(int(s.get("tokens") or 0) for s in sessions),
+        "session_wall_s": sum(float(s.get("wall_s") or 0.0) for s in sessions),
+        "backend_small": (models.get("small") or {}).get("backend", ""),
+        "backend_large": (models.get("large") or {}).get("backend", ""),
+    }
 
 
 def load_runs(results_dir: str | Path) -> pd.DataFrame:

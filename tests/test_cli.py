@@ -173,25 +173,37 @@ def test_resume_refuses_a_different_run(pair, tmp_path):
     assert r.returncode == 2 and "holds a different run (router_args differ)" in r.stderr
 
 
+def start_and_signal(pair, out: Path, sig: int, after: int = 2) -> tuple[int, str]:
+    """A `run` of 8 examples in a subprocess, sent `sig` once `after` records are written: its
+    exit status and standard error."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", *run_args(pair, out, limit=8)],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    records = out / "records.jsonl"
+    deadline = time.time() + 600  # generous: a loaded machine starts the subprocess slowly
+    while time.time() < deadline and proc.poll() is None:
+        if records.exists() and len(records.read_text().splitlines()) >= after:
+            break
+        time.sleep(0.01)
+    proc.send_signal(sig)
+    return proc.wait(), proc.communicate()[1]
+
+
 def test_sigkill_mid_run_then_resume_equals_uninterrupted(pair, tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
     assert main(run_args(pair, full, limit=8)) == 0
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", *run_args(pair, killed, limit=8)],
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    start_and_signal(pair, killed, signal.SIGKILL)
     records = killed / "records.jsonl"
-    deadline = time.time() + 600  # generous: a loaded machine starts the subprocess slowly
-    while time.time() < deadline and proc.poll() is None:
-        if records.exists() and len(records.read_text().splitlines()) >= 2:
-            break
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
     n_before = len(records.read_text().splitlines())
     assert 2 <= n_before < 8, "the kill should land mid-run"
+    # the killed session's examples and wall time were saved with every example (the kill may
+    # land between a record and the manifest written after it)
+    (session,) = json.loads((killed / "manifest.json").read_text())["sessions"]
+    assert session["examples"] in (n_before - 1, n_before) and session["wall_s"] > 0
     assert cli(*run_args(pair, killed, limit=8)).returncode == 0
     ids = [json.loads(x)["example_id"] for x in records.read_text().splitlines()]
     full_ids = [
@@ -201,6 +213,16 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(pair, tmp_path):
     a = json.loads((full / "summary.json").read_text())
     b = json.loads((killed / "summary.json").read_text())
     assert {k: a[k] for k in DETERMINISTIC} == {k: b[k] for k in DETERMINISTIC}
+
+
+def test_sigterm_closes_the_session_as_ctrl_c_does(pair, tmp_path):
+    out = tmp_path / "run"
+    returncode, stderr = start_and_signal(pair, out, signal.SIGTERM)
+    n_before = len((out / "records.jsonl").read_text().splitlines())
+    assert 2 <= n_before < 8, "the signal should land mid-run"
+    assert returncode == 130 and "interrupted" in stderr
+    (session,) = json.loads((out / "manifest.json").read_text())["sessions"]
+    assert session["examples"] == n_before and session["wall_s"] > 0
 
 
 def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):

@@ -188,6 +188,37 @@ def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path):
         assert cells[7] == f"{sheet:.1f}"
 
 
+def test_cost_table_sums_each_runs_sessions(results, tmp_path):
+    """Runs whose manifests keep their invocations (`sessions`) get a cost table: per run the
+    sessions summed, then all runs; examples/hour from those sums. Folders without sessions (the
+    first release's) get none, so their reports stay as published."""
+    import shutil
+
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    sessions = {
+        "small": [{"batch": 1, "examples": 4, "tokens": 40, "wall_s": 1800.0},
+                  {"batch": 16, "examples": 8, "tokens": 80, "wall_s": 900.0},
+                  {"batch": 16, "started": "killed before the first example"}],
+        "large": [{"batch": 8, "examples": 12, "tokens": 90, "wall_s": 3600.0}],
+    }  # fmt: skip
+    for run, s in sessions.items():
+        manifest = json.loads((copy / run / "manifest.json").read_text())
+        manifest["sessions"] = s
+        (copy / run / "manifest.json").write_text(json.dumps(manifest))
+    md = (write_report(copy, tmp_path / "report").parent / "leaderboard.md").read_text()
+    table = md.split("### Cost: wall time on the machine that ran each run")[1].split("###")[0]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+            for line in table.splitlines() if line.startswith("| ") and "---" not in line}  # fmt: skip
+    assert rows["small"][2:] == ["1, 16", "3", "12", "120", "0.75", "16.0"]
+    assert rows["large"][2:] == ["8", "1", "12", "90", "1.00", "12.0"]
+    assert rows["reward_threshold1"][2:] == ["—", "0", "0", "0", "0.00", "—"]
+    assert rows["all runs"][3:] == ["4", "24", "210", "1.75", "13.7"]
+    assert "- Cost: what each run took" in md
+    plain = (write_report(results, tmp_path / "plain").parent / "leaderboard.md").read_text()
+    assert "### Cost" not in plain and "- Cost:" not in plain
+
+
 def test_training_cost_table(tmp_path):
     """scripts/training_cost.py: each training folder's cost.jsonl summed (resumed invocations
     too), its examples from what it holds, and a run's cost from its summary."""
