@@ -86,7 +86,7 @@ def _cache_path(kind: str, engine, roles: list[str], threads: int, sizes) -> Pat
 
     infos = {r: engine.backends[r].info for r in roles}
     key = json.dumps(
-        [platform.processor() or platform.machine(), _cpu_brand(), threads, list(sizes)]
+        [platform.processor() or platform.machine(), cpu_brand(), threads, list(sizes)]
         + [(r, i.source, i.sha256, i.backend) for r, i in sorted(infos.items())]
     )
     return cache_dir() / kind / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
@@ -113,7 +113,7 @@ def auto(engine, threads: int) -> tuple[int, dict]:
         "batch": best_batch(times),
         "step_seconds": {r: {str(b): round(s, 6) for b, s in t.items()} for r, t in times.items()},
         "threads": threads,
-        "cpu": _cpu_brand(),
+        "cpu": cpu_brand(),
         "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     _save(path, record)
@@ -137,7 +137,7 @@ def pass_costs(engine, sizes=PASS_SIZES, rounds: int = 5) -> dict[str, dict[int,
         print("measuring pass costs on this machine (once) ...", file=sys.stderr)
         record = {"seconds": {r: _time_passes(engine.backends[r], sizes, rounds) for r in roles}}
         record.update(
-            threads=threads, cpu=_cpu_brand(), measured=time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            threads=threads, cpu=cpu_brand(), measured=time.strftime("%Y-%m-%dT%H:%M:%S%z")
         )
         _save(path, record)
     return {r: {int(n): float(s) for n, s in t.items()} for r, t in record["seconds"].items()}
@@ -176,7 +176,8 @@ def _time_passes(backend, sizes, rounds: int) -> dict[str, float]:
     return {n: out[n] for n in sorted(out, key=int)}
 
 
-def _cpu_brand() -> str:
+def cpu_brand() -> str:
+    """The processor's model name (/proc/cpuinfo), else platform.processor()."""
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):
             if line.startswith("model name"):

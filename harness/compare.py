@@ -139,8 +139,8 @@ def report(old: Run, new: Run, v: Verdict) -> str:
         f"tok/s: {v.tok_per_s_old:.4g} -> {v.tok_per_s_new:.4g} (slowdown {v.slowdown:.3g}x)",
         f"failed examples: {v.failed_old} -> {v.failed_new}",
     ]
-    m_old, m_new = old.manifest.get("machine"), new.manifest.get("machine")
-    if m_old != m_new:
+    m_old, m_new = old.manifest.get("machine") or {}, new.manifest.get("machine") or {}
+    if any(m_old[k] != m_new[k] for k in set(m_old) & set(m_new)):  # older manifests hold fewer
         lines.append(f"note: different machines, speeds are not comparable: {m_old} vs {m_new}")
     b_old, b_new = (metrics.throughput(r.manifest)["batch"] for r in (old, new))
     if b_old != b_new:

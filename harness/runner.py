@@ -114,7 +114,12 @@ def run_run(args, engine=None) -> int:
     if todo:
         engine = engine if engine is not None else engine_from_args(args, router)
         manifest["models"] = engine.model_infos()
-        session = {"batch": engine.batch, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        session = {
+            "batch": engine.batch,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "git_commit": git_commit(),  # a resumed run may continue on other code or hardware
+            "machine": machine(),
+        }
         if engine.batch_probe:
             session["batch_probe"] = engine.batch_probe
         if getattr(router, "costs", None):  # measured pass costs an adaptive schedule uses
@@ -440,8 +445,18 @@ def environment() -> dict:
         except metadata.PackageNotFoundError:
             versions[pkg] = None
     versions["python"] = platform.python_version()
+    return {
+        "versions": versions,
+        "git_commit": git_commit(),
+        "machine": machine(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def git_commit() -> str:
+    """The commit of the code that runs ('' outside a git checkout)."""
     try:
-        commit = subprocess.run(
+        return subprocess.run(
             ["git", "rev-parse", "HEAD"],
             cwd=Path(__file__).parent,
             capture_output=True,
@@ -449,15 +464,16 @@ def environment() -> dict:
             timeout=5,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        commit = ""
-    machine = {
+        return ""
+
+
+def machine() -> dict:
+    """Where this runs: platform, processor (its brand on Linux) and CPU count."""
+    from harness.batching import cpu_brand
+
+    return {
         "platform": platform.platform(),
         "processor": platform.processor(),
+        "cpu": cpu_brand(),
         "cpus": os.cpu_count(),
-    }
-    return {
-        "versions": versions,
-        "git_commit": commit,
-        "machine": machine,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

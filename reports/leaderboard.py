@@ -369,6 +369,46 @@ def cost_table(df: pd.DataFrame) -> Table:
     return Table("Cost: wall time on the machine that ran each run", header, tuple(rows))
 
 
+def setup_table(df: pd.DataFrame) -> Table:
+    """What the runs were made with, from their manifests and sessions: machines, dates, code
+    commits, models (source, GGUF types, sha256), backends, batch sizes, decoding."""
+    import json
+
+    found: dict[str, set] = {k: set() for k in ("machine", "dates", "commit", "small", "large",
+                                                "backend", "batch", "decoding")}  # fmt: skip
+    for path in df["path"]:
+        m = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
+        sessions = m.get("sessions") or []
+        for where in [m, *sessions]:
+            mach = {**(m.get("machine") or {}), **(where.get("machine") or {})}
+            cpu = mach.get("cpu") or (where.get("batch_probe") or {}).get("cpu")  # older runs
+            if cpu:
+                found["machine"].add(f"{cpu}, {mach.get('cpus', '?')} CPUs")
+            if where.get("git_commit"):
+                found["commit"].add(str(where["git_commit"])[:12])
+            if where.get("started"):
+                found["dates"].add(str(where["started"])[:10])
+            if "batch" in where and where is not m:
+                found["batch"].add(int(where["batch"]))
+        for role in ("small", "large"):
+            info = (m.get("models") or {}).get(role) or {}
+            if info:
+                found[role].add(f"{info.get('source', '?')} ({info.get('dtype', '?')}; "
+                                f"sha256 {str(info.get('sha256', ''))[:12]})")  # fmt: skip
+                found["backend"].add(str(info.get("backend", "?")))
+        found["decoding"].add(f"temperature {m.get('temperature', '?')}, "
+                              f"max new tokens {m.get('max_new_tokens', '?')}")  # fmt: skip
+    if not found["machine"]:  # runs from before sessions kept their machine
+        found["machine"] = {"not recorded (see the provenance table)"}
+    dates = sorted(found.pop("dates"))
+    rows = [("dates", f"{dates[0]} to {dates[-1]}" if dates else "—")]
+    names = {"machine": "machine", "commit": "code commits", "small": "small model",
+             "large": "large model", "backend": "backends", "batch": "batch sizes",
+             "decoding": "decoding"}  # fmt: skip
+    rows += [(names[k], "; ".join(str(x) for x in sorted(v)) or "—") for k, v in found.items()]
+    return Table("Setup (from the run manifests)", ("", "value"), tuple(rows))
+
+
 def provenance_table(df: pd.DataFrame) -> Table:
     """Where each run came from: commit, start time and models, as the manifests say."""
     rows = tuple(
@@ -437,7 +477,7 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
             tables.append(transfer_table(g_all[moved]))
         if "sessions" in g_all and g_all["sessions"].gt(0).any():
             costed = True
-            tables.append(cost_table(g_all))
+            tables = [setup_table(g_all), *tables, cost_table(g_all)]
         for t in (*tables, provenance_table(g_all)):
             md += [f"### {t.title}", "", _md_table(t), ""]
             body += [f"<h3>{html.escape(t.title)}</h3>", _html_table(t)]

@@ -41,6 +41,18 @@ def test_same_run_flags_nothing(tmp_path):
     assert main(["compare", str(old), str(new)]) == 0
 
 
+@pytest.mark.parametrize(
+    "new_machine, noted",
+    [({"cpus": 2, "cpu": "X"}, False),  # a newer manifest records more: the same machine
+     ({"cpus": 16, "cpu": "X"}, True)],
+)  # fmt: skip
+def test_a_different_machine_is_noted(tmp_path, capsys, new_machine, noted):
+    old = write_run(tmp_path / "old", GOOD, manifest={"machine": {"cpus": 2}})
+    new = write_run(tmp_path / "new", GOOD, manifest={"machine": new_machine})
+    assert main(["compare", str(old), str(new)]) == 0
+    assert ("note: different machines" in capsys.readouterr().out) == noted
+
+
 def test_a_clear_quality_drop_is_flagged(tmp_path, capsys):
     old = write_run(tmp_path / "old", GOOD)
     new = write_run(tmp_path / "new", [0.0] * 8 + GOOD[8:])  # 8 of 16 correct answers lost

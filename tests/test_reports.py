@@ -188,10 +188,11 @@ def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path):
         assert cells[7] == f"{sheet:.1f}"
 
 
-def test_cost_table_sums_each_runs_sessions(results, tmp_path):
-    """Runs whose manifests keep their invocations (`sessions`) get a cost table: per run the
-    sessions summed, then all runs; examples/hour from those sums. Folders without sessions (the
-    first release's) get none, so their reports stay as published."""
+def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
+    """Runs whose manifests keep their invocations (`sessions`) get a setup table (machines,
+    dates, commits, ... of the runs and their sessions) and a cost table: per run the sessions
+    summed, then all runs; examples/hour from those sums. Folders without sessions (the first
+    release's) get neither, so their reports stay as published."""
     import shutil
 
     copy = tmp_path / "results"
@@ -199,8 +200,10 @@ def test_cost_table_sums_each_runs_sessions(results, tmp_path):
     sessions = {
         "small": [{"batch": 1, "examples": 4, "tokens": 40, "wall_s": 1800.0},
                   {"batch": 16, "examples": 8, "tokens": 80, "wall_s": 900.0},
-                  {"batch": 16, "started": "killed before the first example"}],
-        "large": [{"batch": 8, "examples": 12, "tokens": 90, "wall_s": 3600.0}],
+                  {"batch": 16, "started": "2025-01-02T00:00:00+0000"}],
+        "large": [{"batch": 8, "examples": 12, "tokens": 90, "wall_s": 3600.0,
+                   "git_commit": "f" * 40, "started": "2025-02-03T04:05:06+0000",
+                   "machine": {"cpu": "Test CPU @ 1GHz", "cpus": 3}}],
     }  # fmt: skip
     for run, s in sessions.items():
         manifest = json.loads((copy / run / "manifest.json").read_text())
@@ -215,8 +218,13 @@ def test_cost_table_sums_each_runs_sessions(results, tmp_path):
     assert rows["reward_threshold1"][2:] == ["—", "0", "0", "0", "0.00", "—"]
     assert rows["all runs"][3:] == ["4", "24", "210", "1.75", "13.7"]
     assert "- Cost: what each run took" in md
+    setup = md.split("### Setup (from the run manifests)")[1].split("###")[0]
+    assert "| dates | 2025-01-01 to 2025-02-03 |" in setup  # the runs' starts, then the session
+    assert "Test CPU @ 1GHz, 3 CPUs" in setup.split("| machine |")[1].split("\n")[0]
+    assert f"| code commits | {'0' * 12}; {'f' * 12} |" in setup  # the demo's, the session's
+    assert "| batch sizes | 1; 8; 16 |" in setup
     plain = (write_report(results, tmp_path / "plain").parent / "leaderboard.md").read_text()
-    assert "### Cost" not in plain and "- Cost:" not in plain
+    assert "### Cost" not in plain and "- Cost:" not in plain and "### Setup" not in plain
 
 
 def test_training_cost_table(tmp_path):
