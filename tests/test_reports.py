@@ -164,6 +164,27 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
     assert transfer_table(df[df["run"] == "reward_threshold1"]).rows[0][2] == "mbpp"
 
 
+def test_quality_goal_table_takes_each_routers_best_run_under_the_share(results):
+    from harness.frontier import pgr
+    from reports.leaderboard import GOAL_SHARE, goal_table
+
+    df = load_runs(results)
+    table = goal_table(df)
+    q_small, q_large = (df[df.router == r].quality.mean() for r in ("small", "large"))
+    rate_large = df[df.router == "large"].tok_per_s.mean()  # the demo's runs predate throughput
+    rows = {row[0]: row for row in table.rows}
+    assert set(rows) == {r for r in df.router.unique() if r not in ("small", "large")
+                         and (df[df.router == r].large_token_share <= GOAL_SHARE).any()}  # fmt: skip
+    for router, row in rows.items():
+        under = df[(df.router == router) & (df.large_token_share <= GOAL_SHARE)]
+        best = under.sort_values("quality", ascending=False).iloc[0]
+        assert row[3].startswith(f"{best.quality:.3f} [")
+        assert row[4] == f"{100 * pgr(best.quality, q_small, q_large):.1f}%"
+        assert row[5] == f"{best.tok_per_s / rate_large:.2f}"
+    qualities = [float(row[3].split()[0]) for row in table.rows]
+    assert qualities == sorted(qualities, reverse=True)
+
+
 def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path):
     """A results folder's device/*.json (scripts/device_latency.py) becomes a table: measured
     tok/s from the examples' own tokens and seconds, beside the modeled figures it recorded."""
