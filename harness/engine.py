@@ -101,15 +101,20 @@ class Engine:
                 GENERATED[0] += len(gen.token_ids)
             yield job, gen
 
-    def generate_each(self, router, jobs, desc: str, unit: str = "ex", disable: bool = False):
+    def generate_each(
+        self, router, jobs, desc: str, unit: str = "ex", disable: bool = False, total=None
+    ):
         """(job, Generation) for every job, `self.batch` at a time, as each finishes, with a
-        progress bar on stderr; a failed generation stops the caller (its error is raised)."""
+        progress bar on stderr; a failed generation stops the caller (its error is raised).
+        With `total` (the number of jobs), `jobs` is read lazily, one job as a slot frees."""
         import sys
 
         from tqdm import tqdm
 
-        jobs = list(jobs)
-        with tqdm(total=len(jobs), desc=desc, unit=unit, file=sys.stderr, disable=disable) as bar:
+        if total is None:
+            jobs = list(jobs)
+            total = len(jobs)
+        with tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=disable) as bar:
             for job, gen in self.generate_many(router, jobs):
                 if isinstance(gen, BaseException):
                     raise gen

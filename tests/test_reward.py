@@ -677,6 +677,59 @@ def test_features_resume_after_an_interruption(tmp_path, monkeypatch):
     assert len(calls) == 3
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_reward_data_stops_large_at_smalls_length_with_the_same_records(
+    tmp_path, monkeypatch, kind, batch
+):
+    """Large decodes no further than small's response (the chunks use nothing past it): the
+    file equals one made from full responses, cut where the record says, and large's capped
+    jobs decode fewer tokens. Batched (3 slots), some large jobs start before their small one
+    has ended and run uncapped: the records are the same."""
+    from harness.engine import Engine
+    from harness.training import reward_data as rd
+    from tasks.base import Example, user_message
+    from tests.tiny import tiny_tokenizer
+
+    # one token in eight ends a response, so that the tiny models' lengths vary
+    monkeypatch.setattr(Engine, "eos_ids", property(lambda self: tuple(range(0, 128, 8))))
+    models = tiny_backends(kind=kind, n_seq=batch)
+    engine = Engine(tiny_tokenizer(), {k: models[k] for k in ("small", "large")})
+    engine.batch = batch
+    cfg = SynthConfig(max_new_tokens=40, chunks=6, seed=1)
+    prompts = [
+        ("toy", Example(f"toy/{i}", user_message(f"What is {i}+{i}?"), "")) for i in range(8)
+    ]
+    full = []  # each response decoded to its own end, then cut as the record says
+    for _, ex in prompts:
+        head, jobs, rng = rd._plan(engine, "toy", ex, cfg)
+        gens = {j.key[1]: engine.generate(j.router, j.prompt_ids, j.cfg) for j in jobs}
+        full.append(rd._finish(head, gens, cfg, rng))
+    budgets = []
+    many = engine.generate_many
+
+    def spy(router, jobs, batch=None):
+        for job, gen in many(router, jobs, batch):
+            budgets.append((job.key[1], job.cfg.max_new_tokens, len(gen.token_ids)))
+            yield job, gen
+
+    monkeypatch.setattr(engine, "generate_many", spy)
+    rd.synthesize(engine, prompts, cfg, tmp_path / "pairs.jsonl")
+    got = {r["id"]: r for r in rd.read_pairs(tmp_path / "pairs.jsonl")}
+    assert [got[r["id"]] for r in full] == json.loads(json.dumps(full))
+    smalls = {r["id"]: len(r["small"]["ids"]) for r in full}
+    assert len(set(smalls.values())) > 2  # lengths vary
+    capped = [b for role, b, _ in budgets if role == "large" and b < cfg.max_new_tokens]
+    assert capped if batch == 1 else True  # one slot: every small ends before its large starts
+    assert all(n <= b for _, b, n in budgets)
+    cut = [r for r in full if r["large"]["stop_reason"] == rd.SMALLS_LENGTH]
+    assert cut and all(len(r["large"]["ids"]) == len(r["small"]["ids"]) for r in cut)
+    for r in full:
+        n = min(len(r["small"]["ids"]), len(r["large"]["ids"]))
+        assert all(c["length"] <= n for c in r["chunks"])
+    assert synthesize_one(engine, *prompts[0], cfg) == full[0]
+
+
 def test_reward_data_decodes_each_block_small_then_large():
     from harness.training.reward_data import job_order
 

@@ -8,7 +8,11 @@
    with its own temperature ~ U(--temperature) and top-p ~ U(--top-p), drawn per generation,
    up to --max-new-tokens (0: the task's own budget and stop strings, i.e. full responses).
    Both come from the project's decoding core (`Engine.generate` with the `small` / `large`
-   routers), never from a second decode loop.
+   routers), never from a second decode loop. The chunks (3.) use no token past the shorter
+   response, so large, decoded after small, stops at small's length (`capped`): the same
+   tokens as its full response up to there, none of the rest. Its record keeps
+   large[:len(small)] whenever large ran that far (stop_reason "small's length"), capped or not,
+   so the file does not depend on which large jobs started after their small one had ended.
 3. Chunks: each response pair is cut at up to `--chunks` distinct lengths L drawn uniformly from
    1 .. min(len(small), len(large)); a chunk is the first L tokens of each response after the
    prompt, so the small and large chunk of one pair always have the same token length.
@@ -80,9 +84,24 @@ def chunk_lengths(n_small: int, n_large: int, k: int, rng: random.Random) -> lis
 
 def synthesize_one(engine, task: str, example, cfg: SynthConfig) -> dict:
     """Sample one small and one large response to `example` and cut them into chunk pairs."""
-    head, jobs, rng = _plan(engine, task, example, cfg)
-    gens = {job.key[1]: engine.generate(job.router, job.prompt_ids, job.cfg) for job in jobs}
+    head, (small, large), rng = _plan(engine, task, example, cfg)
+    gens = {"small": engine.generate(small.router, small.prompt_ids, small.cfg)}
+    large = capped(large, gens["small"])
+    gens["large"] = engine.generate(large.router, large.prompt_ids, large.cfg)
     return _finish(head, gens, cfg, rng)
+
+
+SMALLS_LENGTH = "small's length"  # stop reason of a large response kept only up to small's length
+
+
+def capped(large_job, small_gen):
+    """`large_job` decoding no further than small's response: the chunks stop there."""
+    from dataclasses import replace
+
+    n = max(1, len(small_gen.token_ids))
+    return replace(
+        large_job, cfg=replace(large_job.cfg, max_new_tokens=min(large_job.cfg.max_new_tokens, n))
+    )
 
 
 def _plan(engine, task: str, example, cfg: SynthConfig):
@@ -117,6 +136,9 @@ def _finish(head: dict, gens: dict, cfg: SynthConfig, rng: random.Random) -> dic
         g = gens[role]
         out[role] = {"ids": list(g.token_ids), **head[role], "stop_reason": g.stop_reason}
     small, large = out["small"]["ids"], out["large"]["ids"]
+    if small and len(large) >= len(small):  # what a capped large job decodes (see `capped`)
+        large = out["large"]["ids"] = large[: len(small)]
+        out["large"]["stop_reason"] = SMALLS_LENGTH
     out["chunks"] = [
         {"length": n, "chosen": large[:n], "rejected": small[:n]}
         for n in chunk_lengths(len(small), len(large), cfg.chunks, rng)
@@ -147,9 +169,16 @@ def synthesize(engine, prompts: list[tuple], cfg: SynthConfig, path: Path) -> in
     plans = {ex.id: _plan(engine, t, ex, cfg) for t, ex in todo}
     jobs = job_order([js for _, js, _ in plans.values()], 2 * engine.batch)
     gens: dict[str, dict] = {}
+
+    def lazily():  # a large job taken after its small one ended is capped at small's length
+        for job in jobs:
+            small = gens.get(job.key[0], {}).get("small") if job.key[1] == "large" else None
+            yield capped(job, small) if small is not None else job
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
-        for job, gen in engine.generate_each(None, jobs, "reward-data", unit="response"):
+        each = engine.generate_each(None, lazily(), "reward-data", unit="response", total=len(jobs))
+        for job, gen in each:
             ex_id, role = job.key
             gens.setdefault(ex_id, {})[role] = gen
             if len(gens[ex_id]) == 2:
