@@ -469,7 +469,13 @@ def provenance_table(df: pd.DataFrame) -> Table:
     return Table("Provenance", header, rows)
 
 
+EMPTY = "No runs for this table in this folder."
+
+
 def _md_table(t: Table) -> str:
+    if not t.rows:  # a header with nothing under it reads as a rendering fault
+        return f"_{EMPTY}_"
+
     def esc(cell: str) -> str:
         return cell.replace("|", "\\|")
 
@@ -479,10 +485,15 @@ def _md_table(t: Table) -> str:
 
 
 def _html_table(t: Table) -> str:
+    if not t.rows:
+        return f"<p><em>{html.escape(EMPTY)}</em></p>"
     head = "".join(f"<th>{html.escape(h)}</th>" for h in t.header)
-    body = "\n".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in t.rows
-    )
+
+    def cell(c: str) -> str:  # a number and its interval stay on one line; text may wrap
+        attr = ' class="num"' if NUMERIC.match(c) else ""
+        return f"<td{attr}>{html.escape(c)}</td>"
+
+    body = "\n".join("<tr>" + "".join(cell(c) for c in row) + "</tr>" for row in t.rows)
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
 
 
@@ -491,8 +502,16 @@ CSS = (
     "table{border-collapse:collapse;margin:1em 0;font-size:14px}"
     "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}"
     "th{background:#f0f0f0}tr:nth-child(even){background:#fafafa}"
-    "img{max-width:100%;display:block;margin:1em 0}"
+    "img{max-width:100%;display:block;margin:1em 0}td.num{white-space:nowrap}"
 )
+NUMERIC = re.compile(r"^[-+]?(\d|—$)")
+
+
+def add_tables(md: list[str], body: list[str], tables: list[Table]) -> None:
+    """Append each table under its heading to the Markdown lines and the HTML body."""
+    for t in tables:
+        md += [f"### {t.title}", "", _md_table(t), ""]
+        body += [f"<h3>{html.escape(t.title)}</h3>", _html_table(t)]
 
 
 def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
@@ -513,17 +532,9 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
         heading = f"Task {task} (metric {g['metric'].iloc[0]}, split {g['split'].iloc[0]})"
         md += [f"## {heading}", ""]
         body.append(f"<h2>{html.escape(heading)}</h2>")
-        tables = [runs_table(g, routers), goal_table(g), routers_table(routers)]
-        tables.append(paired_table(g, cache))
-        tables.append(speed_table(g, routers, cache))
-        if moved is not None and moved.any():
-            tables.append(transfer_table(g_all[moved]))
-        if "sessions" in g_all and g_all["sessions"].gt(0).any():
-            costed = True
-            tables = [setup_table(g_all), *tables, cost_table(g_all)]
-        for t in (*tables, provenance_table(g_all)):
-            md += [f"### {t.title}", "", _md_table(t), ""]
-            body += [f"<h3>{html.escape(t.title)}</h3>", _html_table(t)]
+        # the headline first (the runs, the quality goal, the plots), then the details, then
+        # where the runs came from: a reader on a laptop sees the result before scrolling
+        add_tables(md, body, [runs_table(g, routers), goal_table(g)])
         md += ["### Plots", ""]
         body.append("<h3>Plots</h3>")
         for name, plot in PLOTS.items():
@@ -533,13 +544,18 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
             md += [f"![{name}]({file})", ""]
             data = base64.b64encode(png).decode("ascii")
             body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+        tables = [routers_table(routers), paired_table(g, cache), speed_table(g, routers, cache)]
+        if moved is not None and moved.any():
+            tables.append(transfer_table(g_all[moved]))
+        if "sessions" in g_all and g_all["sessions"].gt(0).any():
+            costed = True
+            tables += [setup_table(g_all), cost_table(g_all)]
+        add_tables(md, body, [*tables, provenance_table(g_all)])
     device = device_tables(list((Path(results_dir) / "device").glob("*.json")))
     if device:
         md += ["## Measured on a GPU machine", ""]
         body.append("<h2>Measured on a GPU machine</h2>")
-    for t in device:
-        md += [f"### {t.title}", "", _md_table(t), ""]
-        body += [f"<h3>{html.escape(t.title)}</h3>", _html_table(t)]
+    add_tables(md, body, device)
     definitions = (
         *DEFINITIONS,
         *([COST_DEFINITION] if costed else []),

@@ -164,6 +164,21 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
     assert transfer_table(df[df["run"] == "reward_threshold1"]).rows[0][2] == "mbpp"
 
 
+def test_a_table_with_no_rows_says_so(results, tmp_path):
+    import shutil
+
+    from reports.leaderboard import EMPTY
+
+    refs = tmp_path / "refs"
+    for run in ("small", "large"):
+        shutil.copytree(results / run, refs / run)
+    page = write_report(refs, tmp_path / "report")
+    md = (page.parent / "leaderboard.md").read_text()
+    routers = md.split("### Routers")[1].split("###")[0]
+    assert routers.strip() == f"_{EMPTY}_" and "| router | settings |" not in md
+    assert f"<p><em>{EMPTY}</em></p>" in page.read_text()
+
+
 def test_quality_goal_table_takes_each_routers_best_run_under_the_share(results):
     from harness.frontier import pgr
     from reports.leaderboard import GOAL_SHARE, goal_table
