@@ -24,16 +24,20 @@ step() { # a command under the lock, timed, its exit status reported
 
 for task in gsm8k mbpp; do
     # 1. small's greedy answers on train: the query router's labels (correct or not) and the
-    #    label-free CITER trajectories
-    step hybridbench run --task $task --router small --split train --limit $ALL "${MODELS[@]}" \
-        --out "$OUT/$task-train-small"
+    #    label-free CITER trajectories; on calib: CITER's calibration trajectories (label-free),
+    #    and the threshold routers' calibration in scripts/issue14_runs.sh
+    for split in train calib; do
+        step hybridbench run --task $task --router small --split $split --limit $ALL \
+            "${MODELS[@]}" --out "$OUT/$task-$split-small"
+    done
     # 2. query router (labels: small's own answers), tau for 20% of calib prompts; share= re-sets it
     step hybridbench train-query --task $task --train-limit $ALL --calib-limit $ALL --share 0.2 \
         --small-records "$OUT/$task-train-small/records.jsonl" "${MODELS[@]}" \
         --out "$OUT/query-$task"
     # 3. CITER, label-free (small vs large agreement along small's answers), two rounds
     step hybridbench train-citer --task $task --mode label_free --train-limit $ALL \
-        --calib-limit $ALL --trajectories "$OUT/$task-train-small/records.jsonl" \
+        --calib-limit $ALL \
+        --trajectories "$OUT/$task-train-small/records.jsonl,$OUT/$task-calib-small/records.jsonl" \
         --target-share 0.2 "${MODELS[@]}" --out "$OUT/citer-lf-$task"
 done
 for task in gsm8k mbpp; do

@@ -61,12 +61,17 @@ limit_of() { case $1 in humaneval) echo 85 ;; *) echo 200 ;; esac; }
 for task in gsm8k mbpp humaneval; do
     n=$(limit_of $task)
     cal="$OUT/calibration/$task"
-    # small's greedy answers on calib, scored by each threshold router
-    step hybridbench run --task $task --router small --split calib --limit 1000 "${MODELS[@]}" \
-        --out "$cal/small-calib"
+    # small's greedy answers on calib, scored by each threshold router: issue 13's run of them
+    # where it made one (gsm8k, mbpp; same prompts, budget and models), else decoded here
+    answers="$TRAINED/$task-calib-small"
+    if [ ! -f "$answers/summary.json" ]; then
+        answers="$cal/small-calib"
+        step hybridbench run --task $task --router small --split calib --limit 1000 \
+            "${MODELS[@]}" --out "$answers"
+    fi
     for r in entropy confidence; do
         [ -f "$cal/$r.json" ] || step hybridbench calibrate --router $r --task $task --limit 1000 \
-            --records "$cal/small-calib/records.jsonl" "${MODELS[@]}" --out "$cal/$r.json"
+            --records "$answers/records.jsonl" "${MODELS[@]}" --out "$cal/$r.json"
     done
     args=(--router-arg "entropy:calibration=$cal/entropy.json"
           --router-arg "confidence:calibration=$cal/confidence.json")
@@ -74,7 +79,7 @@ for task in gsm8k mbpp humaneval; do
     if [ -f "$TRAINED/reward/reward.pt" ]; then
         [ -f "$cal/reward.json" ] || step hybridbench calibrate --router reward \
             --checkpoint "$TRAINED/reward/reward.pt" --task $task --limit 1000 \
-            --records "$cal/small-calib/records.jsonl" "${MODELS[@]}" --out "$cal/reward.json"
+            --records "$answers/records.jsonl" "${MODELS[@]}" --out "$cal/reward.json"
         routers+=,reward
         args+=(--router-arg "reward:checkpoint=$TRAINED/reward/reward.pt"
                --router-arg "reward:calibration=$cal/reward.json")

@@ -44,6 +44,8 @@ def run_chain(script: str, tmp_path: Path, trained: bool) -> list[str]:
         ]:
             (train / rel).parent.mkdir(parents=True, exist_ok=True)
             (train / rel).write_bytes(b"")
+        (train / "gsm8k-calib-small").mkdir()  # issue 13's run of small's gsm8k calib answers
+        (train / "gsm8k-calib-small" / "summary.json").write_text("{}")
     env = dict(
         os.environ,
         PATH=f"{bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
@@ -82,6 +84,12 @@ def test_issue13_chain_command_lines_parse(tmp_path):
     commands = [line.split()[1] for line in parsed]  # "hybridbench <command> ..."
     for command in ("run", "train-query", "train-citer", "reward-data", "train-reward"):
         assert command in commands
+    for task in ("gsm8k", "mbpp"):  # label-free CITER reads small's train and calib answers
+        (lf,) = [
+            line for line in parsed if "--mode label_free" in line and f"--task {task}" in line
+        ]
+        want = f"{task}-train-small/records.jsonl,{tmp_path}/out/{task}-calib-small/records.jsonl"
+        assert want in lf
     assert commands.count("train-reward") == 4  # two depths x two heads
 
 
@@ -98,3 +106,9 @@ def test_issue14_chain_command_lines_parse(tmp_path, trained):
         assert ({"reward", "citer", "query"} <= set(routers)) == trained
     reward_calibrations = [line for line in parsed if "calibrate --router reward" in line]
     assert len(reward_calibrations) == (3 if trained else 0)
+    # small's calib answers: issue 13's where it made them, else decoded here
+    calib_runs = [line for line in parsed if "--router small --split calib" in line]
+    assert len(calib_runs) == (2 if trained else 3)
+    gsm8k = [line for line in parsed if line.startswith("hybridbench calibrate --router")
+             and "--task gsm8k" in line]  # fmt: skip
+    assert gsm8k and all(("train13/gsm8k-calib-small/" in line) == trained for line in gsm8k)

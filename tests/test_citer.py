@@ -326,3 +326,36 @@ def test_train_citer_cli_end_to_end(tmp_path):
     run += ["--limit", "1", "--max-new-tokens", "4", *models]
     assert main([*run, "--split", "train", "--out", str(tmp_path / "r1")]) == 2
     assert main([*run, "--split", "test", "--out", str(tmp_path / "r2")]) == 0
+
+
+def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monkeypatch):
+    """--trajectories TRAIN_RUN,CALIB_RUN (small-only runs' records): nothing is decoded again,
+    and tau is calibrated on the calib run's tokens."""
+    from harness.cli import main
+    from harness.training import citer as tc
+    from tests.tiny import save_tiny_pair
+
+    small, large = save_tiny_pair(tmp_path / "m")
+    models = ["--small", small, "--large", large, "--dtype", "float32", "--threads", "1"]
+    runs = {}
+    for split, n in (("train", 3), ("calib", 2)):
+        runs[split] = tmp_path / f"{split}-small" / "records.jsonl"
+        run = ["run", "--task", "gsm8k", "--router", "small", "--split", split, "--limit", str(n)]
+        assert (
+            main([*run, "--max-new-tokens", "12", "--out", str(runs[split].parent), *models]) == 0
+        )
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded although every trajectory was given")
+
+    monkeypatch.setattr(tc, "_decode", no_decoding)
+    out = tmp_path / "citer"
+    args = ["train-citer", "--task", "gsm8k", "--train-limit", "3", "--calib-limit", "2"]
+    args += ["--mode", "label_free", "--max-new-tokens", "12", "--epochs", "2", "--rounds", "1"]
+    args += ["--trajectories", f"{runs['train']},{runs['calib']}", "--out", str(out)]
+    assert main(args + models) == 0
+    calib_tokens = sum(
+        len(json.loads(line)["generation"]["token_ids"])
+        for line in runs["calib"].read_text().splitlines()
+    )
+    assert len(torch.load(out / "citer.pt", weights_only=True)["calib_scores"]) == calib_tokens

@@ -57,7 +57,8 @@ def configure_train_citer(p) -> None:
     p.add_argument(
         "--trajectories",
         default=None,
-        help="label_free: records.jsonl of a small-only run over train+calib (else decoded here)",
+        help="label_free: records.jsonl of small-only runs over train and calib, comma-separated "
+        "(examples in none of them are decoded here)",
     )
     p.add_argument("--rounds", type=int, default=2, help="labelling rounds (CITER: 2)")
     p.add_argument("--max-rollouts", type=int, default=2, help="rolled-out positions/example")
@@ -292,11 +293,15 @@ def _decode(engine, router, task, examples, max_new_tokens, cache: Path | None =
     return {ex.id: out[ex.id] for ex in examples}
 
 
-def _read_trajectories(path) -> dict:
-    """example id -> token ids from a runner's records.jsonl (e.g. a small-only run)."""
+def _read_trajectories(paths: str) -> dict:
+    """example id -> token ids from runners' records.jsonl files, comma-separated (small-only
+    runs: one over train, one over calib)."""
     from harness.runner import load_records
 
-    recs = load_records(Path(path))
-    if not recs:
-        raise UserError(f"{path} holds no records")
-    return {k: r["generation"]["token_ids"] for k, r in recs.items()}
+    out = {}
+    for path in (p.strip() for p in paths.split(",") if p.strip()):
+        recs = load_records(Path(path))
+        if not recs:
+            raise UserError(f"{path} holds no records")
+        out |= {k: r["generation"]["token_ids"] for k, r in recs.items()}
+    return out
