@@ -111,6 +111,7 @@ def run_run(args, engine=None) -> int:
     done = load_records(out / "records.jsonl", repair=True)
     todo = [ex for ex in examples if ex.id not in done]
     reuse = reused_runs(args.reuse_answers, router, identity, cfg) if args.reuse_answers else None
+    print(f"{out}: {_done_text(done, examples)}", file=sys.stderr)
     if todo:
         engine = engine if engine is not None else engine_from_args(args, router)
         manifest["models"] = engine.model_infos()
@@ -140,6 +141,10 @@ def run_run(args, engine=None) -> int:
                 reuse,
                 on_progress=lambda: _write_json(out / "manifest.json", manifest),
             )
+        except KeyboardInterrupt:
+            print(f"{out}: stopped, {_done_text(done, examples)}; the same command resumes",
+                  file=sys.stderr)  # fmt: skip
+            raise
         finally:  # the session's throughput is kept even when it is interrupted
             _write_json(out / "manifest.json", manifest)
     records = [done[ex.id] for ex in examples if ex.id in done]
@@ -405,6 +410,14 @@ HEADLINE = (
     "throughput_tok_per_s",
     "batch",
 )
+
+
+def _done_text(done: dict, examples: list) -> str:
+    """'12 of 200 examples done, 188 to decode': what a run holds and what remains of it."""
+    n = sum(ex.id in done for ex in examples)
+    return f"{n} of {len(examples)} examples done" + (
+        f", {len(examples) - n} to decode" if n < len(examples) else ""
+    )
 
 
 def _summary_text(s: dict) -> str:

@@ -145,7 +145,7 @@ DETERMINISTIC = (
 )
 
 
-def test_run_writes_records_manifest_summary_and_resumes(pair, tmp_path):
+def test_run_writes_records_manifest_summary_and_resumes(pair, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(run_args(pair, out, limit=3)) == 0
     lines = (out / "records.jsonl").read_text().splitlines()
@@ -158,6 +158,7 @@ def test_run_writes_records_manifest_summary_and_resumes(pair, tmp_path):
         "p": 0.5
     }
     assert main(run_args(pair, out, limit=5)) == 0  # resume: only 2 new examples decoded
+    assert f"{out}: 3 of 5 examples done, 2 to decode" in capsys.readouterr().err
     ids = [json.loads(x)["example_id"] for x in (out / "records.jsonl").read_text().splitlines()]
     assert len(ids) == 5 == len(set(ids)) and ids[:3] == [
         json.loads(x)["example_id"] for x in lines
@@ -221,6 +222,7 @@ def test_sigterm_closes_the_session_as_ctrl_c_does(pair, tmp_path):
     n_before = len((out / "records.jsonl").read_text().splitlines())
     assert 2 <= n_before < 8, "the signal should land mid-run"
     assert returncode == 130 and "interrupted" in stderr
+    assert f"stopped, {n_before} of 8 examples done, {8 - n_before} to decode" in stderr
     (session,) = json.loads((out / "manifest.json").read_text())["sessions"]
     assert session["examples"] == n_before and session["wall_s"] > 0
 
