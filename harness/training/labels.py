@@ -354,7 +354,9 @@ def build_labels(
     if not todo and data is None:
         raise UserError("no examples to label")
     group = group or max(8, 4 * engine.batch)
-    bar = _bar(len(todo), f"labels {cfg.mode} r{round_}", progress)
+    bar = _bar(len(examples), f"labels {cfg.mode} r{round_}", progress)
+    if bar is not None:  # a resumed file: the bar starts at what it holds
+        bar.update(len(examples) - len(todo))
     for start in range(0, len(todo), group):
         planned, rollouts = [], []
         for i, ex in todo[start : start + group]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -166,6 +167,8 @@ def synthesize(engine, prompts: list[tuple], cfg: SynthConfig, path: Path) -> in
 
     done = {r["id"] for r in read_pairs(path)}
     todo = [(t, ex) for t, ex in prompts if ex.id not in done]
+    print(f"{path}: {len(prompts) - len(todo)} of {len(prompts)} prompts done, {len(todo)} to go",
+          file=sys.stderr)  # fmt: skip
     plans = {ex.id: _plan(engine, t, ex, cfg) for t, ex in todo}
     jobs = job_order([js for _, js, _ in plans.values()], 2 * engine.batch)
     gens: dict[str, dict] = {}
