@@ -105,6 +105,7 @@ def run_run(args, engine=None) -> int:
     identity = json.loads(json.dumps(identity))  # compare as stored: tuples become lists
     out = Path(args.out)
     manifest = _open_run(out, identity, args)
+    manifest["limit"] = args.limit  # what this invocation asks for (the summary covers it)
     trained = list(router.trained_on())
     manifest["router_trained_on"] = trained  # transfer: a learned router run on another task
     manifest["transfer"] = bool(trained) and task.name not in trained

@@ -112,3 +112,44 @@ def test_issue14_chain_command_lines_parse(tmp_path, trained):
     gsm8k = [line for line in parsed if line.startswith("hybridbench calibrate --router")
              and "--task gsm8k" in line]  # fmt: skip
     assert gsm8k and all(("train13/gsm8k-calib-small/" in line) == trained for line in gsm8k)
+
+
+def test_chain_status_reads_runs_training_folders_and_the_reference_check(tmp_path):
+    """scripts/chain_status.py: a run's examples done of its target with the hours left at its
+    sessions' rate; a training folder's final files and wall hours; reference lines checked."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "chain_status", ROOT / "scripts" / "chain_status.py"
+    )
+    status = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(status)
+
+    run = tmp_path / "validity" / "gsm8k-small"
+    run.mkdir(parents=True)
+    manifest = {"task": "gsm8k", "task_args": {}, "split": "test", "split_seed": 0, "limit": 10,
+                "sessions": [{"examples": 2, "wall_s": 360.0}, {"batch": 16}]}  # fmt: skip
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    recs = [{"example_id": f"gsm8k/test/{i}", "error": ""} for i in range(4)]
+    recs.append({"example_id": "gsm8k/test/9", "error": "boom"})  # failed: not done
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    train = tmp_path / "train13" / "citer-lf-gsm8k"
+    train.mkdir(parents=True)
+    (train / "citer.pt").write_bytes(b"")
+    (train / "cost.jsonl").write_text(
+        json.dumps({"wall_s": 5400}) + "\n" + json.dumps({"wall_s": 1800}) + "\n"
+    )
+    ref = tmp_path / "reference"
+    ref.mkdir()
+    (ref / "gsm8k-small.jsonl").write_text("{}\n{}\n{}\n")
+    out = []
+    for root in ("validity", "train13", "reference", "edition2"):
+        out += status.lines(tmp_path / root)
+    # 6 to go at 2 examples per 360 s = 20 examples/h
+    assert out[0] == f"{run}: done 4/10, 6 to go, ~0.3 h at 20 examples/h"
+    assert out[1] == f"{train}: citer.pt; 2.00 h so far"
+    assert out[2] == f"{ref / 'gsm8k-small.jsonl'}: 3 examples checked"
+    assert out[3] == f"{tmp_path / 'edition2'}: not started"
+    manifest["limit"] = 1000  # all of the split: gsm8k's test split holds 678
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert status.run_status(run).startswith("done 4/678, 674 to go")
