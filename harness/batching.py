@@ -47,12 +47,17 @@ def batched_roles(engine) -> list[str]:
     ]
 
 
-def probe(engine, candidates=CANDIDATES, steps: int = PROBE_STEPS) -> dict[str, dict[int, float]]:
-    """role -> {B: seconds per one-token step of B sequences}, for the batched roles."""
+def probe(
+    engine, candidates=CANDIDATES, steps: int = PROBE_STEPS, shape: dict | None = None
+) -> dict[str, dict[int, float]]:
+    """role -> {B: seconds per call of B sequences}, for the batched roles. A call feeds each row
+    one token, or the `tokens` of the role's (calls, tokens) in `shape` (a router's
+    `batch_shape`: speculative decoding verifies k + 1 tokens a row)."""
     out = {}
     for role in batched_roles(engine):
         owner = engine.backends[role]
         seqs = owner.sequences(max(candidates))
+        n = (shape or {}).get(role, (1, 1))[1]
         out[role] = {}
         for b in candidates:
             for s in seqs:
@@ -60,11 +65,11 @@ def probe(engine, candidates=CANDIDATES, steps: int = PROBE_STEPS) -> dict[str, 
             owner.forward_batch(
                 [(s, [1 + i % 100 for i in range(PROBE_PROMPT)], 1, False) for s in seqs[:b]]
             )
-            owner.forward_batch([(s, [7], 1, False) for s in seqs[:b]])  # warm-up
+            owner.forward_batch([(s, [7] * n, n, False) for s in seqs[:b]])  # warm-up
             owner.sync()
             t0 = time.perf_counter()
             for _ in range(steps):
-                owner.forward_batch([(s, [7], 1, False) for s in seqs[:b]])
+                owner.forward_batch([(s, [7] * n, n, False) for s in seqs[:b]])
             owner.sync()
             out[role][b] = (time.perf_counter() - t0) / steps
         for s in seqs:
@@ -72,12 +77,14 @@ def probe(engine, candidates=CANDIDATES, steps: int = PROBE_STEPS) -> dict[str, 
     return out
 
 
-def best_batch(times: dict[str, dict[int, float]]) -> int:
-    """The B with the most tokens per second when each token costs a step of every model."""
+def best_batch(times: dict[str, dict[int, float]], shape: dict | None = None) -> int:
+    """The B with the most steps per second when a step costs, for every model, its number of
+    calls (1, or the `calls` of its (calls, tokens) in `shape`) of B rows each."""
     if not times:
         return 1
     sizes = set.intersection(*(set(t) for t in times.values()))
-    return max(sorted(sizes), key=lambda b: b / sum(t[b] for t in times.values()))
+    calls = {r: (shape or {}).get(r, (1, 1))[0] for r in times}
+    return max(sorted(sizes), key=lambda b: b / sum(calls[r] * t[b] for r, t in times.items()))
 
 
 def _cache_path(kind: str, engine, roles: list[str], threads: int, sizes) -> Path:
@@ -98,19 +105,23 @@ def _save(path: Path, record: dict) -> dict:
     return record
 
 
-def auto(engine, threads: int) -> tuple[int, dict]:
-    """(batch size, the probe's record) for this engine on this machine; cached."""
+def auto(engine, threads: int, shape: dict | None = None) -> tuple[int, dict]:
+    """(batch size, the probe's record) for this engine on this machine and the router's
+    `shape` of a decode step (None: one one-token call of each model); cached."""
     roles = batched_roles(engine)
     if not roles:
         return 1, {"reason": "no model here decodes several sequences in one call"}
-    path = _cache_path("batch", engine, roles, threads, CANDIDATES)
+    shape = {r: tuple(v) for r, v in sorted((shape or {}).items()) if r in roles} or None
+    sizes = list(CANDIDATES) + ([sorted(shape.items())] if shape else [])
+    path = _cache_path("batch", engine, roles, threads, sizes)
     if path.exists():
         record = json.loads(path.read_text())
         return int(record["batch"]), record
     print("measuring the fastest batch size on this machine (once) ...", file=sys.stderr)
-    times = probe(engine)
+    times = probe(engine, shape=shape)
     record = {
-        "batch": best_batch(times),
+        "batch": best_batch(times, shape),
+        **({"shape": {r: list(v) for r, v in shape.items()}} if shape else {}),
         "step_seconds": {r: {str(b): round(s, 6) for b, s in t.items()} for r, t in times.items()},
         "threads": threads,
         "cpu": cpu_brand(),

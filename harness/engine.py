@@ -210,7 +210,8 @@ def engine_from_args(args, router=None) -> Engine:
         engine.add(role, backend)  # models a router brings, e.g. the reward router's
     engine.batch, engine.batch_probe = batch, None
     if batch == "auto":
-        engine.batch, engine.batch_probe = batching.auto(engine, threads)
+        shape = router.batch_shape() if router is not None else None
+        engine.batch, engine.batch_probe = batching.auto(engine, threads, shape)
     return engine
 
 

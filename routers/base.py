@@ -100,6 +100,11 @@ class Router:
         to the engine before decoding. Routers never call them: the core does."""
         return {}
 
+    def batch_shape(self) -> dict[str, tuple[int, int]] | None:
+        """What one decode step asks of each model, role -> (calls, tokens a row per call), for
+        `--batch auto` to measure (`harness.batching`); None: one one-token call of each."""
+        return None
+
     def used_example_ids(self) -> frozenset[str]:
         """Ids of task examples this router was trained or calibrated on; never evaluated on."""
         return frozenset()

@@ -183,6 +183,11 @@ class Speculative(Router):
                 self._k = min(self.max_k, self._k + 2) if all_kept else max(1, self._k - 1)
         return Decision(keep=n, defer=True, large_token=tok)
 
+    def batch_shape(self) -> dict[str, tuple[int, int]]:
+        """k one-token drafts of small, one verify pass of k + 1 tokens of large (the fixed k,
+        or the adaptive schedule's first)."""
+        return {"small": (self.k, 1), "large": (1, self.k + 1)}
+
     def backends(self, engine) -> dict:
         """No models of its own; an adaptive router without a cost table gets this machine's
         (measured once per machine and models, then cached: `harness.batching.pass_costs`)."""

@@ -254,6 +254,40 @@ def test_batch_probe_picks_a_measured_size(tmp_path, monkeypatch):
     assert math.isfinite(sum(times["small"].values()))
 
 
+def test_batch_probe_measures_the_routers_step_shape(tmp_path, monkeypatch):
+    """Speculative decoding's step is k one-token small calls and one (k + 1)-token large call a
+    row: `--batch auto` times that shape (cached apart from the one-token probe) and weighs each
+    model's calls by their number."""
+    from harness import batching
+    from harness.engine import Engine
+    from routers.speculative import Speculative
+    from tests.tiny import tiny_tokenizer
+
+    monkeypatch.setenv("HYBRIDBENCH_CACHE", str(tmp_path))
+    assert Speculative(k=3).batch_shape() == {"small": (3, 1), "large": (1, 4)}
+    assert get_router("random", {"p": 0.2}).batch_shape() is None
+    times = {"small": {1: 1.0, 4: 8.0}, "large": {1: 3.0, 4: 3.0}}
+    assert batching.best_batch(times) == 4  # 4 / (8 + 3) > 1 / (1 + 3)
+    assert batching.best_batch(times, {"small": (3, 1), "large": (1, 4)}) == 1  # 4/27 < 1/6
+    small, large = tiny_gguf_pair()
+    engine = Engine(tiny_tokenizer(), {"small": llamacpp_backend(small, "small", 16),
+                                       "large": llamacpp_backend(large, "large", 16)})  # fmt: skip
+    fed = []
+    forward = type(engine.backends["large"]).forward_batch
+
+    def spy(self, rows):
+        fed.append({len(ids) for _, ids, _, _ in rows})
+        return forward(self, rows)
+
+    monkeypatch.setattr(type(engine.backends["large"]), "forward_batch", spy)
+    shape = Speculative(k=3).batch_shape()
+    b, record = batching.auto(engine, threads=1, shape=shape)
+    assert record["shape"] == {"small": [3, 1], "large": [1, 4]} and b == record["batch"]
+    assert {4} in fed and {1} in fed  # large's verify rows, small's draft rows
+    assert batching.auto(engine, threads=1, shape=shape) == (b, record)  # cached
+    assert "shape" not in batching.auto(engine, threads=1)[1]  # the one-token probe, apart
+
+
 def test_run_batched_records_equal_unbatched_and_report_throughput(tmp_path):
     """`hybridbench run --batch 3` writes the records `--batch 1` writes (timing aside); its
     summary reports throughput, not per-stream latency; the manifest keeps each session's batch."""
