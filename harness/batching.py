@@ -48,11 +48,16 @@ def batched_roles(engine) -> list[str]:
 
 
 def probe(
-    engine, candidates=CANDIDATES, steps: int = PROBE_STEPS, shape: dict | None = None
+    engine,
+    candidates=CANDIDATES,
+    steps: int = PROBE_STEPS,
+    shape: dict | None = None,
+    prompt: int = PROBE_PROMPT,
 ) -> dict[str, dict[int, float]]:
-    """role -> {B: seconds per call of B sequences}, for the batched roles. A call feeds each row
-    one token, or the `tokens` of the role's (calls, tokens) in `shape` (a router's
-    `batch_shape`: speculative decoding verifies k + 1 tokens a row)."""
+    """role -> {B: seconds per call of B sequences}, for the batched roles, each sequence
+    holding `prompt` tokens. A call feeds each row one token, or the `tokens` of the role's
+    (calls, tokens) in `shape` (a router's `batch_shape`: speculative decoding verifies k + 1
+    tokens a row)."""
     out = {}
     for role in batched_roles(engine):
         owner = engine.backends[role]
@@ -63,7 +68,7 @@ def probe(
             for s in seqs:
                 s.reset()
             owner.forward_batch(
-                [(s, [1 + i % 100 for i in range(PROBE_PROMPT)], 1, False) for s in seqs[:b]]
+                [(s, [1 + i % 100 for i in range(prompt)], 1, False) for s in seqs[:b]]
             )
             owner.forward_batch([(s, [7] * n, n, False) for s in seqs[:b]])  # warm-up
             owner.sync()
