@@ -67,8 +67,9 @@ def main() -> int:
     contexts = [int(x) for x in args.contexts.split(",")]
     spec = Speculative(k=4).batch_shape()
     widths = {"small": [1], "large": sorted({1, spec["large"][1]})}
+    grow = (args.steps + 1) * len(sizes) * max(sum(w) for w in widths.values())  # timed calls
     engine = Engine.load(args.small, args.large, backend="llama.cpp", threads=args.threads,
-                         n_seq=max(sizes), n_ctx=max(contexts) + 64)  # fmt: skip
+                         n_seq=max(sizes), n_ctx=max(contexts) + grow + 64)  # fmt: skip
     out = {}
     for ctx in contexts:
         t = probe_once(engine, sizes, args.steps, widths, ctx)
