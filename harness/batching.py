@@ -70,16 +70,22 @@ def probe(
             owner.forward_batch(
                 [(s, [1 + i % 100 for i in range(prompt)], 1, False) for s in seqs[:b]]
             )
-            owner.forward_batch([(s, [7] * n, n, False) for s in seqs[:b]])  # warm-up
-            owner.sync()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                owner.forward_batch([(s, [7] * n, n, False) for s in seqs[:b]])
-            owner.sync()
-            out[role][b] = (time.perf_counter() - t0) / steps
+            out[role][b] = time_calls(owner, seqs[:b], n, steps)
         for s in seqs:
             s.reset()
     return out
+
+
+def time_calls(owner, seqs, n: int, steps: int) -> float:
+    """Seconds per batched call that feeds each of `seqs` `n` tokens (n logit rows each): one
+    warm-up call, then the mean of `steps` timed calls."""
+    owner.forward_batch([(s, [7] * n, n, False) for s in seqs])  # warm-up
+    owner.sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        owner.forward_batch([(s, [7] * n, n, False) for s in seqs])
+    owner.sync()
+    return (time.perf_counter() - t0) / steps
 
 
 def best_batch(times: dict[str, dict[int, float]], shape: dict | None = None) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,13 +36,7 @@ def probe_once(engine, sizes, steps, widths, ctx) -> dict:
         for n in widths[role]:
             out[role][n] = {}
             for b in sizes:
-                owner.forward_batch([(s, [7] * n, n, False) for s in seqs[:b]])  # warm-up
-                owner.sync()
-                t0 = time.perf_counter()
-                for _ in range(steps):
-                    owner.forward_batch([(s, [7] * n, n, False) for s in seqs[:b]])
-                owner.sync()
-                out[role][n][b] = (time.perf_counter() - t0) / steps
+                out[role][n][b] = batching.time_calls(owner, seqs[:b], n, steps)
         for s in seqs:
             s.reset()
     return out
