@@ -235,9 +235,11 @@ def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
     shutil.copytree(results, copy)
     sessions = {
         "small": [{"batch": 1, "examples": 4, "tokens": 40, "wall_s": 1800.0},
-                  {"batch": 16, "examples": 8, "tokens": 80, "wall_s": 900.0},
+                  {"batch": 16, "examples": 8, "tokens": 80, "wall_s": 5000.0,
+                   "measured_wall_s": 900.0},  # answers reused: wall_s is modeled
                   {"batch": 16, "started": "2025-01-02T00:00:00+0000"}],
         "large": [{"batch": 8, "examples": 12, "tokens": 90, "wall_s": 3600.0,
+                   "measured_wall_s": 3600.0,
                    "git_commit": "f" * 40, "started": "2025-02-03T04:05:06+0000",
                    "machine": {"cpu": "Test CPU @ 1GHz", "cpus": 3}}],
     }  # fmt: skip
