@@ -720,7 +720,7 @@ def test_reward_data_stops_large_at_smalls_length_with_the_same_records(
     smalls = {r["id"]: len(r["small"]["ids"]) for r in full}
     assert len(set(smalls.values())) > 2  # lengths vary
     capped = [b for role, b, _ in budgets if role == "large" and b < cfg.max_new_tokens]
-    assert capped if batch == 1 else True  # one slot: every small ends before its large starts
+    assert len(capped) >= (8 if batch == 1 else 1)  # one slot: every small ends before its large
     assert all(n <= b for _, b, n in budgets)
     cut = [r for r in full if r["large"]["stop_reason"] == rd.SMALLS_LENGTH]
     assert cut and all(len(r["large"]["ids"]) == len(r["small"]["ids"]) for r in cut)

@@ -173,10 +173,26 @@ def synthesize(engine, prompts: list[tuple], cfg: SynthConfig, path: Path) -> in
     jobs = job_order([js for _, js, _ in plans.values()], 2 * engine.batch)
     gens: dict[str, dict] = {}
 
-    def lazily():  # a large job taken after its small one ended is capped at small's length
-        for job in jobs:
-            small = gens.get(job.key[0], {}).get("small") if job.key[1] == "large" else None
-            yield capped(job, small) if small is not None else job
+    def small_of(job):
+        return gens.get(job.key[0], {}).get("small")
+
+    def lazily():
+        """The jobs in `job_order`, except that of a block's large jobs the next one taken is
+        one whose small response has ended, where there is one, capped at its length."""
+        i = 0
+        while i < len(jobs):
+            if jobs[i].key[1] == "small":
+                yield jobs[i]
+                i += 1
+                continue
+            block = []
+            while i < len(jobs) and jobs[i].key[1] == "large":
+                block.append(jobs[i])
+                i += 1
+            while block:
+                job = next((j for j in block if small_of(j) is not None), block[0])
+                block.remove(job)
+                yield capped(job, small_of(job)) if small_of(job) is not None else job
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
