@@ -137,7 +137,9 @@ def _finish(head: dict, gens: dict, cfg: SynthConfig, rng: random.Random) -> dic
         g = gens[role]
         out[role] = {"ids": list(g.token_ids), **head[role], "stop_reason": g.stop_reason}
     small, large = out["small"]["ids"], out["large"]["ids"]
-    if small and len(large) >= len(small):  # what a capped large job decodes (see `capped`)
+    # large as a capped job decodes it (`capped`): up to small's length, none of it after an
+    # empty small response (which gives no chunk either way)
+    if len(large) >= len(small):
         large = out["large"]["ids"] = large[: len(small)]
         out["large"]["stop_reason"] = SMALLS_LENGTH
     out["chunks"] = [
