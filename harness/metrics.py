@@ -301,15 +301,21 @@ def throughput(manifest: Mapping) -> dict[str, float]:
     """A run's throughput from its manifest's `sessions` (one per invocation of `run`):
 
     batch                 the largest batch size any session used (1 = unbatched)
-    throughput_tok_per_s  emitted tokens / wall seconds, over all sessions (scoring included)
-    examples_per_hour     examples / wall hours, over all sessions
+    throughput_tok_per_s  emitted tokens / wall seconds (scoring included), over the sessions
+                          at that batch size that decoded examples: a run grown unbatched and
+                          then batched (issue 11's first 100 examples at B = 1, the next at 16)
+                          reports its B = 16 rate, the one other B = 16 rows compare with
+    examples_per_hour     examples / wall hours, over the same sessions
     throughput_modeled    True when a session reused answers decoded by other runs (`run
                           --reuse-answers`): its wall seconds add their decoding time there
     """
     sessions = [s for s in manifest.get("sessions") or [] if s.get("wall_s")]
+    batch = max([int(s.get("batch", 1)) for s in sessions] or [1])
+    at_batch = [s for s in sessions if int(s.get("batch", 1)) == batch and s.get("examples")]
+    sessions = at_batch or sessions
     wall = sum(float(s["wall_s"]) for s in sessions)
     return {
-        "batch": max([int(s.get("batch", 1)) for s in sessions] or [1]),
+        "batch": batch,
         "throughput_tok_per_s": _ratio(sum(s.get("tokens", 0) for s in sessions), wall),
         "examples_per_hour": _ratio(3600 * sum(s.get("examples", 0) for s in sessions), wall),
         "throughput_modeled": any(s.get("reused", {}).get("examples") for s in sessions),

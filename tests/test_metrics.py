@@ -293,3 +293,22 @@ def test_ratio_ci_resamples_like_bootstrap_ci():
     lo, hi = metrics.ratio_ci([10, 30], [1, 2])
     assert 10 <= lo <= hi <= 15  # each resample's sum(num) / sum(den) lies within these
     assert all(math.isnan(v) for v in metrics.ratio_ci([], []))
+
+
+def test_throughput_is_the_largest_batch_sizes():
+    """A run grown at B = 1 and then at B = 16 reports its B = 16 rate (what other batched rows
+    compare with); a killed session with no example, or no wall time, counts for nothing."""
+    from harness.metrics import throughput
+
+    sessions = [
+        {"batch": 1, "examples": 100, "tokens": 30000, "wall_s": 3000.0},
+        {"batch": 16, "examples": 100, "tokens": 40000, "wall_s": 1000.0},
+        {"batch": 16, "examples": 0, "tokens": 0, "wall_s": 50.0},  # killed before an example
+        {"batch": 16, "started": "killed before its first save"},
+    ]
+    t = throughput({"sessions": sessions})
+    assert t["batch"] == 16 and t["throughput_tok_per_s"] == 40.0
+    assert t["examples_per_hour"] == 360.0 and t["throughput_modeled"] is False
+    alone = throughput({"sessions": sessions[:1]})
+    assert alone["batch"] == 1 and alone["throughput_tok_per_s"] == 10.0
+    assert math.isnan(throughput({})["throughput_tok_per_s"])
