@@ -113,6 +113,7 @@ def run_run(args, engine=None) -> int:
     todo = [ex for ex in examples if ex.id not in done]
     reuse = reused_runs(args.reuse_answers, router, identity, cfg) if args.reuse_answers else None
     print(f"{out}: {_done_text(done, examples)}", file=sys.stderr)
+    _write_json(out / "manifest.json", manifest)  # this invocation's --limit, also when all done
     if todo:
         engine = engine if engine is not None else engine_from_args(args, router)
         manifest["models"] = engine.model_infos()

@@ -160,6 +160,9 @@ def test_run_writes_records_manifest_summary_and_resumes(pair, tmp_path, capsys)
     assert main(run_args(pair, out, limit=5)) == 0  # resume: only 2 new examples decoded
     assert f"{out}: 3 of 5 examples done, 2 to decode" in capsys.readouterr().err
     assert json.loads((out / "manifest.json").read_text())["limit"] == 5  # the latest asked
+    assert main(run_args(pair, out, limit=4)) == 0  # nothing to decode: the summary covers 4
+    assert json.loads((out / "manifest.json").read_text())["limit"] == 4
+    assert json.loads((out / "summary.json").read_text())["n"] == 4
     ids = [json.loads(x)["example_id"] for x in (out / "records.jsonl").read_text().splitlines()]
     assert len(ids) == 5 == len(set(ids)) and ids[:3] == [
         json.loads(x)["example_id"] for x in lines
