@@ -28,6 +28,7 @@ from pathlib import Path
 
 from harness import metrics
 from harness.errors import UserError
+from harness.records import read_lines, records_path
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,8 @@ class Verdict:
 def load_run(path: str | Path) -> Run:
     """Read a run folder; a missing or unreadable manifest/records file is a UserError."""
     path = Path(path)
-    manifest_path, records_path = path / "manifest.json", path / "records.jsonl"
-    for p in (manifest_path, records_path):
+    manifest_path, records = path / "manifest.json", records_path(path)
+    for p in (manifest_path, records or path / "records.jsonl"):
         if not p.is_file():
             raise UserError(f"{path} is not a run folder: {p.name} not found")
     try:
@@ -70,7 +71,7 @@ def load_run(path: str | Path) -> Run:
     except ValueError as e:
         raise UserError(f"{manifest_path}: bad JSON ({e})") from None
     last: dict[str, dict] = {}
-    for line in records_path.read_text(encoding="utf-8").splitlines():
+    for line in read_lines(records):
         try:
             rec = json.loads(line)
         except ValueError:

@@ -391,9 +391,14 @@ def write_summary(out: Path, records: list[dict], manifest: dict) -> dict:
 
 
 def _all_lines(path: Path) -> list[dict]:
-    """Every parseable line; a line cut by a crash is skipped (its example is decoded again)."""
+    """Every parseable line; a line cut by a crash is skipped (its example is decoded again).
+    A run folder's records.jsonl.gz is read when its records.jsonl is missing (published runs)."""
+    from harness.records import read_lines, records_path
+
+    if not path.exists() and path.name == "records.jsonl":
+        path = records_path(path.parent) or path
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+    for line in read_lines(path) if path.exists() else []:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from harness.errors import UserError
 from harness.metrics import summarize
+from harness.records import read_lines, records_path
 
 # Router arguments that are a router's main knob, in the order they are looked for.
 KNOBS = ("threshold", "rate", "p", "draft_len", "k", "tau", "quantile")
@@ -36,12 +37,10 @@ def run_dirs(results_dir: str | Path) -> list[Path]:
 
 
 def read_records(run_dir: str | Path) -> list[dict]:
-    """The records of `records.jsonl` (blank lines skipped); [] when the file is missing."""
-    path = Path(run_dir) / "records.jsonl"
-    if not path.is_file():
-        return []
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of `records.jsonl` (or `records.jsonl.gz`; blank lines skipped); [] when
+    there is none."""
+    path = records_path(run_dir)
+    return [json.loads(line) for line in read_lines(path) if line.strip()] if path else []
 
 
 def _fmt_arg(value) -> str:

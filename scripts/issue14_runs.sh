@@ -4,6 +4,8 @@
 #
 #   nohup bash scripts/issue14_runs.sh >> /work/logs/issue14-runs.log 2>&1 &
 #   hybridbench report runs/edition2/gsm8k                          # the leaderboard so far
+#   python scripts/chain_status.py runs/edition2                     # what is done, what remains
+#   python scripts/publish_edition.py runs/edition2 reports/published --tasks gsm8k,mbpp,humaneval
 #
 # Rows, per task, on the same first N test examples (gsm8k 200, mbpp 200, humaneval all 85):
 #   controls   oracle (replayed along large's answers, --reuse-answers), speculative (k=4, and adaptive k); small and large are issue 11's runs

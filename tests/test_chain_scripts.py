@@ -153,3 +153,44 @@ def test_chain_status_reads_runs_training_folders_and_the_reference_check(tmp_pa
     manifest["limit"] = 1000  # all of the split: gsm8k's test split holds 678
     (run / "manifest.json").write_text(json.dumps(manifest))
     assert status.run_status(run).startswith("done 4/678, 674 to go")
+
+
+def test_publish_edition_copies_runs_compressed_and_the_report_regenerates(tmp_path):
+    """scripts/publish_edition.py: run folders with their records gzip-compressed (same bytes
+    every time), the device rows, the router files the runs name; the published folder's report
+    is the one the sweep's own folder gives."""
+    import importlib.util
+
+    from reports import write_report
+    from reports.demo import write_demo_results
+
+    spec = importlib.util.spec_from_file_location(
+        "publish", ROOT / "scripts" / "publish_edition.py"
+    )
+    publish = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(publish)
+
+    src = tmp_path / "edition" / "demo"
+    write_demo_results(src, n_examples=6)
+    ckpt = tmp_path / "reward.pt"
+    ckpt.write_bytes(b"weights")
+    manifest = json.loads((src / "reward_threshold1" / "manifest.json").read_text())
+    manifest["router_args"]["checkpoint"] = str(ckpt)
+    (src / "reward_threshold1" / "manifest.json").write_text(json.dumps(manifest))
+    (src / "device").mkdir()
+    shutil.copy(ROOT / "docs" / "data" / "device-latency-h100.json", src / "device")
+    dest = tmp_path / "published"
+    assert publish.main([str(src.parent), str(dest), "--tasks", "demo"]) == 0
+    assert not list((dest / "demo").rglob("records.jsonl"))
+    gz = sorted((dest / "demo").rglob("records.jsonl.gz"))
+    assert len(gz) == 9 and (dest / "demo" / "device" / "device-latency-h100.json").is_file()
+    first = [p.read_bytes() for p in gz]
+    assert publish.main([str(src.parent), str(dest), "--tasks", "demo"]) == 0
+    assert [p.read_bytes() for p in gz] == first  # no timestamp in the gzip header
+    listing = json.loads((dest / "routers" / "files.json").read_text())
+    ((name, entry),) = listing.items()
+    assert entry["used_as"] == str(ckpt) and (dest / "routers" / name).read_bytes() == b"weights"
+    want = write_report(src, tmp_path / "from-src").parent
+    got = dest / "demo" / "report"
+    for f in sorted(p.name for p in want.iterdir()):
+        assert (got / f).read_bytes() == (want / f).read_bytes(), f
