@@ -64,9 +64,9 @@ DEFINITIONS = (
 COST_DEFINITION = (
     "Cost: what each run took on the machine that ran it, from its manifest's sessions (one per "
     "`hybridbench run` invocation that decoded examples, resumed ones included): backends, batch "
-    "sizes, examples and tokens decoded, wall hours summed; examples/hour = examples / wall "
-    "hours. Rows that take their answers from other runs (--reuse-answers) count only their "
-    "own routing passes. 'all runs' sums the task's rows."
+    "sizes, examples and tokens decoded, wall hours on the clock summed; examples/hour = "
+    "examples / wall hours. Rows that take their answers from other runs (--reuse-answers) "
+    "count only their own routing passes. 'all runs' sums the task's rows."
 )
 DEVICE_DEFINITION = (
     "Measured on a GPU machine: recorded runs replayed pass for pass with small on that "
