@@ -144,7 +144,9 @@ def run_run(args, engine=None) -> int:
                 on_progress=lambda: _write_json(out / "manifest.json", manifest),
             )
         except KeyboardInterrupt:
-            print(f"{out}: stopped, {_done_text(done, examples)}; the same command resumes",
+            # count what is on disk: the interrupt may fall between a record and its bookkeeping
+            on_disk = load_records(out / "records.jsonl")
+            print(f"{out}: stopped, {_done_text(on_disk, examples)}; the same command resumes",
                   file=sys.stderr)  # fmt: skip
             raise
         finally:  # the session's throughput is kept even when it is interrupted
