@@ -35,6 +35,7 @@ def split_size(task: str, task_args: str, split: str, seed: int) -> int:
 
 def run_status(folder: Path) -> str:
     """'done 200/200' or 'done 40/200, 160 to go, ~1.9 h at 85 examples/h'."""
+    from harness.metrics import throughput
     from harness.runner import load_records
 
     m = json.loads((folder / "manifest.json").read_text())
@@ -47,12 +48,9 @@ def run_status(folder: Path) -> str:
     text = f"done {done}/{target}"
     if done >= target:
         return f"done {done} (manifest --limit {target})" if done > target else text
-    sessions = [s for s in m.get("sessions") or [] if s.get("wall_s") and s.get("examples")]
-    seconds = sum(float(s["wall_s"]) for s in sessions)
-    examples = sum(int(s["examples"]) for s in sessions)
     text += f", {target - done} to go"
-    if examples:
-        rate = examples / seconds * 3600
+    rate = throughput(m)["examples_per_hour"]  # the run's own rate, at its batch size
+    if rate > 0:
         text += f", ~{(target - done) / rate:.1f} h at {rate:.0f} examples/h"
     return text
 
