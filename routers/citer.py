@@ -101,7 +101,7 @@ class Citer(TokenRouter):
         threshold: float | None = None,
         draft_len: int = 1,
     ):
-        from routers.query import share_threshold
+        from routers.calibration import calibrated_threshold
 
         ckpt = load_checkpoint(path, "citer")
         self.path, self.digest = str(path), file_digest(path)
@@ -115,7 +115,7 @@ class Citer(TokenRouter):
                 f"{path} keeps no calib scores (trained before share=); give threshold"
             )
         self.share = ckpt.get("target_share") if share is None else share
-        tau = ckpt["threshold"] if share is None else share_threshold(ckpt["calib_scores"], share)
+        tau = ckpt["threshold"] if share is None else calibrated_threshold(ckpt["calib_scores"], share)
         self.threshold = float(tau if threshold is None else threshold)
         if draft_len < 1:
             raise ValueError(f"draft_len must be >= 1, got {draft_len}")

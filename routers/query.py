@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from routers.base import Needs, QueryView, Router
+from routers.calibration import calibrated_threshold
 from routers.citer import check_hidden_backend, file_digest, load_checkpoint
 
 
@@ -38,17 +39,6 @@ class QueryClassifier(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear((x.float() - self.mean) / self.std).squeeze(-1)
-
-
-def share_threshold(scores: torch.Tensor, share: float) -> float:
-    """tau with a fraction `share` of `scores` below it: [0.1, 0.2, 0.3, 0.4], 0.5 -> 0.25."""
-    s = torch.sort(scores.flatten().float()).values
-    n = int(round(share * len(s)))
-    if n <= 0:
-        return float(s[0])
-    if n >= len(s):
-        return float(s[-1]) + 1e-6
-    return float((s[n - 1] + s[n]) / 2)
 
 
 class QueryRouter(Router):
@@ -71,7 +61,7 @@ class QueryRouter(Router):
             raise ValueError(f"share must be in [0, 1], got {share}")
         self.share = ckpt["share"] if share is None else share
         calib = torch.tensor(ckpt["calib_scores"])
-        default = ckpt["threshold"] if share is None else share_threshold(calib, share)
+        default = ckpt["threshold"] if share is None else calibrated_threshold(calib, share)
         self.threshold = float(default if threshold is None else threshold)
         self._used = frozenset(ckpt["train_ids"]) | frozenset(ckpt["calib_ids"])
         self.small_backend = ckpt.get("small_backend", "hf")  # older checkpoints: transformers

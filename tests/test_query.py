@@ -10,7 +10,8 @@ from harness.engine import Engine
 from harness.training.query import features, fit_logistic
 from routers import get_router
 from routers.base import Needs, QueryView, Router
-from routers.query import QueryClassifier, share_threshold
+from routers.calibration import calibrated_threshold
+from routers.query import QueryClassifier
 from tests.tiny import BACKENDS, tiny_backends, tiny_tokenizer
 
 
@@ -19,11 +20,12 @@ def engine(request):
     return Engine(tiny_tokenizer(), tiny_backends(kind=request.param))
 
 
-def test_share_threshold_is_a_quantile():
-    s = torch.tensor([0.4, 0.1, 0.3, 0.2])
-    assert share_threshold(s, 0.5) == pytest.approx(0.25)
-    assert (s < share_threshold(s, 0.25)).sum() == 1
-    assert (s < share_threshold(s, 0.0)).sum() == 0 and (s < share_threshold(s, 1.0)).sum() == 4
+def test_share_of_calib_scores_is_a_quantile_of_a_tensor():
+    s = torch.tensor([0.4, 0.1, 0.3, 0.2])  # the query and CITER routers keep tensors
+    assert calibrated_threshold(s, 0.5) == pytest.approx(0.25)
+    assert (s < calibrated_threshold(s, 0.25)).sum() == 1
+    assert (s < calibrated_threshold(s, 0.0)).sum() == 0
+    assert (s < calibrated_threshold(s, 1.0)).sum() == 4
 
 
 def test_logistic_regression_learns_and_cross_validates():
@@ -46,7 +48,7 @@ def save_query(path, bias: float, hidden=48, calib=(0.1, 0.2, 0.3, 0.4, 0.5), sh
             "kind": "query",
             "hidden_size": hidden,
             "state_dict": clf.state_dict(),
-            "threshold": share_threshold(torch.tensor(calib), share),
+            "threshold": calibrated_threshold(torch.tensor(calib), share),
             "share": share,
             "calib_scores": list(calib),
             "train_ids": ["t/1"],

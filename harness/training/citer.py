@@ -134,7 +134,7 @@ def run_train_citer(args) -> int:
 def fit_router(data, fit: FitConfig, calib_hidden, share: float, out: Path, round_: int, common):
     """Train the MLP on the labelled rows, calibrate tau, save `citer_r{round}.pt`; resumable:
     an existing checkpoint of this round is kept."""
-    from routers.query import share_threshold
+    from routers.calibration import calibrated_threshold
 
     path = out / f"citer_r{round_}.pt"
     if path.exists():
@@ -148,7 +148,7 @@ def fit_router(data, fit: FitConfig, calib_hidden, share: float, out: Path, roun
     log = out / "train_log.jsonl"
     mlp, stats = train_mlp(x, y, groups, fit, log_path=log, tag={"round": round_})
     scores = torch.sigmoid(mlp.eval()(calib_hidden)).detach()
-    tau = share_threshold(scores, share)
+    tau = calibrated_threshold(scores, share)
     torch.save(
         {
             "kind": "citer",

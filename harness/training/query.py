@@ -47,7 +47,7 @@ def configure_train_query(p) -> None:
 
 def run_train_query(args) -> int:
     from routers import parse_args
-    from routers.query import share_threshold
+    from routers.calibration import calibrated_threshold
     from tasks import get_task
 
     if not 0 <= args.share <= 1:
@@ -64,7 +64,7 @@ def run_train_query(args) -> int:
     clf, stats = fit_logistic(x_train, y, seed=args.seed)
     with torch.no_grad():
         calib_scores = torch.sigmoid(clf(x_calib))
-    tau = share_threshold(calib_scores, args.share)
+    tau = calibrated_threshold(calib_scores, args.share)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = {
