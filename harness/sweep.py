@@ -12,8 +12,9 @@ Settings. A router class may define a classmethod `sweep_settings(targets: list[
 dict) -> list[dict]`, the router arguments of each setting given the router's fixed arguments
 (`random`: p = each target; `entropy` and `confidence`: each target share when a calibration file
 is passed (`--router-arg entropy:calibration=FILE`), else a fixed threshold grid, see
-routers/baselines.py). A router without it (small,
-large, oracle) runs once, setting `default`. `--router-arg ROUTER:K=V` adds a fixed argument to
+routers/baselines.py). A router without it (small, large, oracle, speculative) runs once, its
+setting named by its fixed arguments (`default` when it has none: speculative__default,
+speculative__adaptive=true). `--router-arg ROUTER:K=V` adds a fixed argument to
 every setting of ROUTER (a checkpoint, a calibration file); one that names a swept argument
 (`entropy:threshold=1.0`) pins it, and that router runs once, at that value.
 
@@ -232,12 +233,13 @@ def fixed_router_args(pairs: list[str], routers: list[str]) -> dict[str, dict]:
 
 def router_settings(router: str, targets: list[float], fixed: dict | None = None) -> list[dict]:
     """The router arguments of each setting: the class's `sweep_settings(targets, fixed)`, else
-    [{}]."""
+    one setting, its fixed arguments (so `speculative` and `speculative:adaptive=true` run into
+    two folders, speculative__default and speculative__adaptive=true)."""
     from routers import router_class
 
     sweep_settings = getattr(router_class(router), "sweep_settings", None)
     if sweep_settings is None:
-        return [{}]
+        return [dict(fixed or {})]
     settings = [dict(s) for s in sweep_settings(list(targets), dict(fixed or {}))]
     if not settings:
         raise UserError(f"router {router!r} has no sweep settings for targets {targets}")

@@ -6,6 +6,7 @@
 #   hybridbench report runs/edition2/gsm8k                          # the leaderboard so far
 #   python scripts/chain_status.py runs/edition2                     # what is done, what remains
 #   python scripts/publish_edition.py runs/edition2 reports/published --tasks gsm8k,mbpp,humaneval
+#   cat runs/edition2-rerun/mbpp/compare.json                        # a rerun of four rows, compared
 #
 # Rows, per task, on the same first N test examples (gsm8k 200, mbpp 200, humaneval all 85):
 #   controls   oracle (replayed along large's answers, --reuse-answers), speculative (k=4, and adaptive k); small and large are issue 11's runs
@@ -107,4 +108,13 @@ for task in gsm8k mbpp humaneval; do
             --router-arg random:p=$p "${MODELS[@]}" --out "$OUT/$task"
     done
 done
+# the edition against a rerun of a few of its decoded rows (must-show: `hybridbench compare`
+# flags no regression): mbpp's, all 200 examples again from each row's recorded command line
+# (same examples, batch size and threads, so both throughputs are comparable)
+rows=random__p=0.2,entropy__target_share=0.2,confidence__target_share=0.2,speculative__default
+if [ ! -f "$OUT-rerun/mbpp/compare.json" ]; then
+    echo "-- $(date -u +%H:%M:%S) rerun of $rows (scripts/rerun_compare.py prints its steps)"
+    python scripts/rerun_compare.py "$OUT/mbpp" --rows $rows --out "$OUT-rerun/mbpp" --lock "$LOCK"
+    echo "rerun_compare exited $? (1: a flagged regression, see $OUT-rerun/mbpp/compare.json)"
+fi
 echo "== $(date -u +%H:%M:%S) done"

@@ -114,6 +114,31 @@ def test_issue14_chain_command_lines_parse(tmp_path, trained):
     assert gsm8k and all(("train13/gsm8k-calib-small/" in line) == trained for line in gsm8k)
 
 
+def test_issue14_reruns_rows_its_mbpp_sweep_makes(tmp_path):
+    """The rows run again for `hybridbench compare` are folders the mbpp sweeps write."""
+    import re
+
+    from harness import sweep
+
+    parsed = run_chain("issue14_runs.sh", tmp_path, trained=False)
+    names = set()
+    for line in parsed:
+        argv = line.split()[1:]
+        if argv[0] != "sweep" or "mbpp" not in argv:
+            continue
+        args = build_parser(argv).parse_args(argv)
+        chosen = args.routers.split(",")
+        fixed = sweep.fixed_router_args(args.router_arg, chosen)
+        targets = sweep.parse_targets(args.targets)
+        for router in chosen:
+            for setting in sweep.router_settings(router, targets, fixed[router]):
+                names.add(f"{router}__{sweep.setting_name(setting)}")
+    text = (ROOT / "scripts" / "issue14_runs.sh").read_text()
+    rows = re.search(r"^rows=(\S+)$", text, re.M).group(1).split(",")
+    assert len(rows) >= 3 and set(rows) <= names, set(rows) - names
+    assert "speculative__adaptive=true" in names  # its own folder, not speculative__default's
+
+
 def test_chain_status_reads_runs_training_folders_and_the_reference_check(tmp_path):
     """scripts/chain_status.py: a run's examples done of its target with the hours left at its
     sessions' rate; a training folder's final files and wall hours; reference lines checked."""

@@ -131,6 +131,7 @@ def test_failed_runs_are_reported_and_the_others_complete(pair, tmp_path, capsys
 
 def test_settings_come_from_the_router_class():
     assert sweep.router_settings("small", [0.1, 0.5]) == [{}]
+    assert sweep.router_settings("speculative", [0.1], {"k": 8}) == [{"k": 8}]
     assert sweep.router_settings("random", [0.1, 0.5]) == [{"p": 0.1}, {"p": 0.5}]
     grid = [{"threshold": t} for t in routers.router_class("entropy").SWEEP_THRESHOLDS]
     assert sweep.router_settings("entropy", [0.1]) == grid
@@ -149,6 +150,22 @@ def test_a_fixed_argument_that_is_swept_pins_the_router_to_one_run(pair, tmp_pat
     jobs = sweep.plan(sub.parse_args(argv), tmp_path)
     assert [j.name for j in jobs] == ["random__p=0.2", "random__p=0.6", "entropy__threshold=0.5"]
     assert jobs[-1].setting == {"threshold": 0.5}
+
+
+def test_a_router_without_settings_is_named_by_its_fixed_arguments(pair, tmp_path):
+    """Speculative at k = 4 and adaptive into one sweep folder: two runs, not one resumed."""
+    import argparse
+
+    sub = argparse.ArgumentParser(prog="sweep")
+    sweep.configure_sweep(sub)
+    plain = sweep.plan(sub.parse_args(sweep_argv(pair, tmp_path, "speculative")[1:]), tmp_path)
+    argv = sweep_argv(pair, tmp_path, "speculative")[1:]
+    adaptive = sweep.plan(
+        sub.parse_args(argv + ["--router-arg", "speculative:adaptive=true"]), tmp_path
+    )
+    assert [j.name for j in plain] == ["speculative__default"]
+    assert [j.name for j in adaptive] == ["speculative__adaptive=true"]
+    assert adaptive[0].setting == {"adaptive": True}
 
 
 def test_target_settings_of_the_trained_routers():
@@ -248,3 +265,30 @@ def test_local_process_pool(pair, tmp_path, capsys):
         summary = json.loads((out / name / "summary.json").read_text())
         assert summary["n"] == 2 and summary["large_token_share"] == share
         assert "n=2" in (out / "logs" / f"{name}.log").read_text()  # the pool process's output
+
+
+def test_rows_run_again_and_compared_with_their_originals(pair, tmp_path):
+    """scripts/rerun_compare.py: a row decoded again from its recorded command line gives the
+    same answers, so compare flags nothing; a row the sweep does not hold is a clear error."""
+    out, again = tmp_path / "sweep", tmp_path / "again"
+    assert main(sweep_argv(pair, out, "random")) == 0
+    script = [sys.executable, str(ROOT / "scripts" / "rerun_compare.py"), str(out)]
+    # timings of a 2-example tiny run vary more than any real slowdown rule allows
+    done = subprocess.run(
+        [*script, "--rows", "random__p=0.6", "--out", str(again), "--max-slowdown", "1000"],
+        capture_output=True, text=True, env=ENV, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 rows run again: 0 flagged" in done.stdout
+    old = (out / "random__p=0.6" / "records.jsonl").read_text().splitlines()
+    new = (again / "random__p=0.6" / "records.jsonl").read_text().splitlines()
+    assert [json.loads(x)["completion"] for x in new] == [json.loads(x)["completion"] for x in old]
+    verdict = json.loads((again / "compare.json").read_text())["random__p=0.6"]
+    assert verdict["n_paired"] == 2 and verdict["flags"] == []
+    assert verdict["diff_ci"] == [0.0, 0.0]
+
+    missing = subprocess.run(
+        [*script, "--rows", "entropy__p=1", "--out", str(again)],
+        capture_output=True, text=True, env=ENV, timeout=60,
+    )  # fmt: skip
+    assert missing.returncode != 0 and "has no row 'entropy__p=1'" in missing.stderr
