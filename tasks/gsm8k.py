@@ -27,9 +27,9 @@ completion that ended by itself was far shorter (pilot, first 20: at most 453 to
 0.5B, 417 for the 1.5B). What reaches the budget is a loop that never ends ("0.60^16 =
 0.0000..." for 2048 tokens, or the same step renumbered forever), and every cut completion is
 also one with no stated answer (`extracted` = 0). Measured on the first test examples
-(`python scripts/task_validity.py runs/validity`, 2026-11-23): the 0.5B cut at the budget and
-without an answer in 3.0% of 200 (mean 339 tokens), the 1.5B in 2.0% of 100 (mean 336): the
-0.5B's loops keep it above the issue's 2% at any budget.
+(`python scripts/task_validity.py runs/validity`, 2026-11-23, the first 200): the 0.5B cut at
+the budget and without an answer in 3.0% (6 of 200, mean 339 tokens), the 1.5B in 1.0% (2 of
+200, mean 322): the 0.5B's loops keep it above the issue's 2% at any budget.
 """
 
 from __future__ import annotations
