@@ -12,8 +12,11 @@ OUT=${OUT:-runs/train13}
 THREADS=${THREADS:-2}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
-MODELS=(--backend llama.cpp --threads "$THREADS" --batch auto)
-ALL=1000
+# MODEL_ARGS, ALL, PROMPTS and LAYERS change the pair and sizes for a rehearsal on tiny models
+# (tests/test_chain_rehearsal.py); the real chain leaves them unset
+MODELS=(--backend llama.cpp --threads "$THREADS" --batch auto ${MODEL_ARGS:-})
+ALL=${ALL:-1000}
+PROMPTS=${PROMPTS:-1000}
 
 step() { # a command under the lock, timed, its exit status reported
     echo "== $(date -u +%H:%M:%S) $*"
@@ -51,13 +54,13 @@ for task in gsm8k mbpp; do
         --out "$OUT/citer-ref-$task"
 done
 # 5. the reward model's preference data: 1,000 prompts from five tasks' train splits, full responses
-step hybridbench reward-data --out "$OUT/reward-data" --prompts 1000 --max-new-tokens 0 \
+step hybridbench reward-data --out "$OUT/reward-data" --prompts "$PROMPTS" --max-new-tokens 0 \
     "${MODELS[@]}"
 # 6. the reward model: head-only on frozen backbones of two depths (small's first 6 layers, a
 #    truncated GGUF at run time; all 24, read from small's own pass at run time, `SmallHead`),
 #    linear and MLP heads; the one with the best held-out preference accuracy becomes
 #    $OUT/reward/reward.pt (what scripts/issue14_runs.sh uses); metrics.json of each says why
-for layers in 6 24; do
+for layers in ${LAYERS:-6 24}; do
     for head in linear mlp; do
         step hybridbench train-reward --data "$OUT/reward-data" --layers $layers --head $head \
             --threads "$THREADS" --out "$OUT/reward-L$layers-$head"

@@ -25,7 +25,11 @@ THREADS=${THREADS:-2}
 TARGETS=0.1,0.2,0.35
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
-MODELS=(--backend llama.cpp --threads "$THREADS" --batch auto)
+# MODEL_ARGS, VALIDITY, LIMIT and ALL change the pair, issue 11's runs and the sizes for a
+# rehearsal on tiny models (tests/test_chain_rehearsal.py); the real chain leaves them unset
+MODELS=(--backend llama.cpp --threads "$THREADS" --batch auto ${MODEL_ARGS:-})
+VALIDITY=${VALIDITY:-runs/validity}
+ALL=${ALL:-1000}
 
 step() {
     echo "== $(date -u +%H:%M:%S) $*"
@@ -37,7 +41,7 @@ step() {
 if [ "${1:-}" = "--collect" ]; then # copy issue 11's small/large runs in as the reference rows
     for task in gsm8k mbpp humaneval; do
         for r in small large; do
-            src="runs/validity/$task-$r" dst="$OUT/$task/${r}__default"
+            src="$VALIDITY/$task-$r" dst="$OUT/$task/${r}__default"
             [ -d "$src" ] && mkdir -p "$dst" && cp -a "$src/." "$dst/"
         done
     done
@@ -59,7 +63,7 @@ for s in df[df.router.isin(["entropy", "confidence", "reward", "citer"])].large_
 PY
 }
 
-limit_of() { case $1 in humaneval) echo 85 ;; *) echo 200 ;; esac; }
+limit_of() { [ -n "${LIMIT:-}" ] && echo "$LIMIT" && return; case $1 in humaneval) echo 85 ;; *) echo 200 ;; esac; }
 
 for task in gsm8k mbpp humaneval; do
     n=$(limit_of $task)
@@ -69,11 +73,11 @@ for task in gsm8k mbpp humaneval; do
     answers="$TRAINED/$task-calib-small"
     if [ ! -f "$answers/summary.json" ]; then
         answers="$cal/small-calib"
-        step hybridbench run --task $task --router small --split calib --limit 1000 \
+        step hybridbench run --task $task --router small --split calib --limit $ALL \
             "${MODELS[@]}" --out "$answers"
     fi
     for r in entropy confidence; do
-        [ -f "$cal/$r.json" ] || step hybridbench calibrate --router $r --task $task --limit 1000 \
+        [ -f "$cal/$r.json" ] || step hybridbench calibrate --router $r --task $task --limit $ALL \
             --records "$answers/records.jsonl" "${MODELS[@]}" --out "$cal/$r.json"
     done
     args=(--router-arg "entropy:calibration=$cal/entropy.json"
@@ -81,7 +85,7 @@ for task in gsm8k mbpp humaneval; do
     routers=oracle,speculative,random,entropy,confidence,random_query
     if [ -f "$TRAINED/reward/reward.pt" ]; then
         [ -f "$cal/reward.json" ] || step hybridbench calibrate --router reward \
-            --checkpoint "$TRAINED/reward/reward.pt" --task $task --limit 1000 \
+            --checkpoint "$TRAINED/reward/reward.pt" --task $task --limit $ALL \
             --records "$answers/records.jsonl" "${MODELS[@]}" --out "$cal/reward.json"
         routers+=,reward
         args+=(--router-arg "reward:checkpoint=$TRAINED/reward/reward.pt"
@@ -95,8 +99,8 @@ for task in gsm8k mbpp humaneval; do
     # query routers and the oracle take their answers from issue 11's small-only / large-only runs
     # (greedy: the same tokens; only the routing prefill / one teacher-forced small pass runs,
     # their throughput is modeled, README "Reusing answers")
-    reuse=(); [ -d "runs/validity/$task-large" ] && \
-        reuse=(--reuse-answers "runs/validity/$task-small,runs/validity/$task-large")
+    reuse=(); [ -d "$VALIDITY/$task-large" ] && \
+        reuse=(--reuse-answers "$VALIDITY/$task-small,$VALIDITY/$task-large")
     step hybridbench sweep --task $task --split test --limit $n --routers $routers \
         --targets $TARGETS "${args[@]}" "${reuse[@]}" "${MODELS[@]}" --out "$OUT/$task"
     step hybridbench sweep --task $task --split test --limit $n --routers speculative \
