@@ -59,7 +59,8 @@ DEFINITIONS = (
     "(harness/costmodel.py: seed-xeon-a100 = small on a Xeon, large on a remote A100; h100 = "
     "both on one H100); modeled, not measured.",
     "Transfer: runs of routers trained on another task (their checkpoint's task) are listed "
-    "apart and left out of the runs, routers and plots above them.",
+    "apart and left out of the runs, routers and plots above them; each is paired with the "
+    "task's own control run at the nearest share, as in-task rows are.",
 )
 COST_DEFINITION = (
     "Cost: what each run took on the machine that ran it, from its manifest's sessions (one per "
@@ -251,12 +252,18 @@ def _scores(path: str, cache: dict) -> list[dict]:
     return cache[path]
 
 
-def paired_table(df: pd.DataFrame, cache: dict) -> Table:
-    """Every router's run against its control's run at the nearest large-token share, paired."""
+def paired_table(
+    df: pd.DataFrame, cache: dict, controls: pd.DataFrame | None = None,
+    title: str = "Paired vs control at the same share",
+) -> Table:  # fmt: skip
+    """Every router's run against its control's run at the nearest large-token share, paired;
+    the controls are taken from `controls` (default: `df` itself; the transfer rows take the
+    task's own random runs)."""
+    controls = df if controls is None else controls
     rows = []
     for _, r in df[~df["router"].isin(UNCOMPARED)].iterrows():
         control = CONTROLS.get(r["router"], "random")
-        pool = df[df["router"] == control]
+        pool = controls[controls["router"] == control]
         if not len(pool):
             rows.append((r["router"], r["setting"] or "—", _num(r["large_token_share"]),
                          f"no {control} run", "—", "—", "—", "—"))  # fmt: skip
@@ -282,7 +289,7 @@ def paired_table(df: pd.DataFrame, cache: dict) -> Table:
         )
     header = ("router", "setting", "large token share", "control", "its share", "paired n",
               "difference [95% CI]", "verdict")  # fmt: skip
-    return Table("Paired vs control at the same share", header, tuple(rows))
+    return Table(title, header, tuple(rows))
 
 
 def speed_table(df: pd.DataFrame, routers: pd.DataFrame, cache: dict) -> Table:
@@ -547,6 +554,8 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
         tables = [routers_table(routers), paired_table(g, cache), speed_table(g, routers, cache)]
         if moved is not None and moved.any():
             tables.append(transfer_table(g_all[moved]))
+            title = "Transfer: paired vs control at the same share"
+            tables.append(paired_table(g_all[moved], cache, controls=g, title=title))
         if "sessions" in g_all and g_all["sessions"].gt(0).any():
             costed = True
             tables += [setup_table(g_all), cost_table(g_all)]

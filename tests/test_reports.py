@@ -162,6 +162,11 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
     transfer = md.split("### Transfer: routers trained on another task")[1]
     assert "| reward | threshold=1 | mbpp |" in transfer
     assert transfer_table(df[df["run"] == "reward_threshold1"]).rows[0][2] == "mbpp"
+    # the transfer row against the task's own random runs, paired as in-task rows are
+    (row,) = paired_table(df[df["transfer"].fillna(False).astype(bool)], cache, controls=df).rows
+    assert row[:2] == ("reward", "threshold=1") and row[3].startswith("random ")
+    paired_transfer = md.split("### Transfer: paired vs control at the same share")[1]
+    assert "| reward | threshold=1 |" in paired_transfer.split("###")[0]
 
 
 def test_a_table_with_no_rows_says_so(results, tmp_path):
