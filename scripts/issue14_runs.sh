@@ -9,13 +9,14 @@
 #   cat runs/edition2-rerun/mbpp/compare.json                        # a rerun of four rows, compared
 #
 # Rows, per task, on the same first N test examples (gsm8k 200, mbpp 200, humaneval all 85):
-#   controls   oracle (replayed along large's answers, --reuse-answers), speculative (k=4, and adaptive k); small and large are issue 11's runs
-#              (runs/validity/<task>-{small,large}: same prompts, budgets and examples), copied in
-#              before `report` (scripts/issue14_runs.sh --collect)
+#   controls   small and large, decoded here like every other row (B = 16, one pass over the N
+#              examples; issue 11's runs of them grew over sessions, half unbatched, so their
+#              throughput is not comparable), oracle (replayed along large's answers,
+#              --reuse-answers), speculative (k=4, and adaptive k)
 #   token      random p, entropy, confidence (calibrated on calib), reward, citer (issue 13's
 #              routers, when their checkpoints exist) at target shares 0.1, 0.2, 0.35
 #   query      query (issue 13), random_query at prompt shares 0.1, 0.2, 0.35, their answers
-#              reused from issue 11's small/large runs (`--reuse-answers`)
+#              reused from this edition's small and large rows (`--reuse-answers`)
 # Thresholds come from calib (`hybridbench calibrate` over small's calib answers), never by hand.
 set -uo pipefail
 LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
@@ -25,10 +26,9 @@ THREADS=${THREADS:-2}
 TARGETS=0.1,0.2,0.35
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
-# MODEL_ARGS, VALIDITY, LIMIT and ALL change the pair, issue 11's runs and the sizes for a
-# rehearsal on tiny models (tests/test_chain_rehearsal.py); the real chain leaves them unset
+# MODEL_ARGS, LIMIT and ALL change the pair and the sizes for a rehearsal on tiny models
+# (tests/test_chain_rehearsal.py); the real chain leaves them unset
 MODELS=(--backend llama.cpp --threads "$THREADS" --batch auto ${MODEL_ARGS:-})
-VALIDITY=${VALIDITY:-runs/validity}
 ALL=${ALL:-1000}
 
 step() {
@@ -38,13 +38,7 @@ step() {
     [ $rc -eq 0 ] || echo "!! exited $rc: $*"
 }
 
-if [ "${1:-}" = "--collect" ]; then # copy issue 11's small/large runs in as the reference rows
-    for task in gsm8k mbpp humaneval; do
-        for r in small large; do
-            src="$VALIDITY/$task-$r" dst="$OUT/$task/${r}__default"
-            [ -d "$src" ] && mkdir -p "$dst" && cp -a "$src/." "$dst/"
-        done
-    done
+if [ "${1:-}" = "--collect" ]; then
     # rows replayed on a lent GPU machine (docs/issue14-device.md): gsm8k's leaderboard shows them
     mkdir -p "$OUT/gsm8k/device" && cp docs/data/device-latency-h100*.json "$OUT/gsm8k/device/"
     exit 0
@@ -96,11 +90,12 @@ for task in gsm8k mbpp humaneval; do
         ck="$TRAINED/$r-$src/$r.pt"; [ $r = citer ] && ck="$TRAINED/citer-ref-$src/citer.pt"
         [ -f "$ck" ] && routers+=,$r && args+=(--router-arg "$r:path=$ck")
     done
-    # query routers and the oracle take their answers from issue 11's small-only / large-only runs
-    # (greedy: the same tokens; only the routing prefill / one teacher-forced small pass runs,
-    # their throughput is modeled, README "Reusing answers")
-    reuse=(); [ -d "$VALIDITY/$task-large" ] && \
-        reuse=(--reuse-answers "$VALIDITY/$task-small,$VALIDITY/$task-large")
+    # small-only and large-only first: the query routers and the oracle take their answers from
+    # them (greedy: the same tokens; only the routing prefill / one teacher-forced small pass
+    # runs, their throughput is modeled, README "Reusing answers")
+    step hybridbench sweep --task $task --split test --limit $n --routers small,large \
+        "${MODELS[@]}" --out "$OUT/$task"
+    reuse=(--reuse-answers "$OUT/$task/small__default,$OUT/$task/large__default")
     step hybridbench sweep --task $task --split test --limit $n --routers $routers \
         --targets $TARGETS "${args[@]}" "${reuse[@]}" "${MODELS[@]}" --out "$OUT/$task"
     step hybridbench sweep --task $task --split test --limit $n --routers speculative \

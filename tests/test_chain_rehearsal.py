@@ -54,21 +54,8 @@ def test_issue13_then_issue14_on_the_tiny_pair(tmp_path):
         PROMPTS="10",
         LAYERS="1 2",
         LIMIT="4",
-        VALIDITY=str(tmp_path / "validity"),
         TRAINED=str(tmp_path / "train13"),
     )
-    # issue 11's small-only and large-only runs, which issue 14 copies in and reuses
-    for task in ("gsm8k", "mbpp", "humaneval"):
-        for router in ("small", "large"):
-            argv = ["run", "--task", task, "--router", router, "--limit", "4",
-                    "--backend", "llama.cpp", "--threads", "1", "--batch", "auto",
-                    *model_args.split(), "--out", str(tmp_path / "validity" / f"{task}-{router}")]  # fmt: skip
-            done = subprocess.run(
-                [sys.executable, "-m", "harness.cli", *argv],
-                env=env, capture_output=True, text=True, timeout=600,
-            )  # fmt: skip
-            assert done.returncode == 0, done.stderr[-3000:]
-
     log13 = chain("issue13_runs.sh", {**env, "OUT": str(tmp_path / "train13")})
     failed = [line for line in log13 if line.startswith("!!")]
     assert all(any(f" {s} " in line for s in ALLOWED_FAILURES) for line in failed), failed

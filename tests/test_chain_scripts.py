@@ -97,9 +97,11 @@ def test_issue13_chain_command_lines_parse(tmp_path):
 def test_issue14_chain_command_lines_parse(tmp_path, trained):
     parsed = run_chain("issue14_runs.sh", tmp_path, trained=trained)
     sweeps = [line for line in parsed if line.split()[1] == "sweep"]
-    assert len(sweeps) == 6  # per task: the routers at their targets, then adaptive speculative
+    assert len(sweeps) == 9  # per task: small and large, the routers, adaptive speculative
     for task in ("gsm8k", "mbpp", "humaneval"):
-        row = next(s for s in sweeps if f"--task {task} " in s and "adaptive" not in s)
+        first, row = [s for s in sweeps if f"--task {task} " in s and "adaptive" not in s]
+        assert "--routers small,large " in first  # decoded here: the rows below reuse them
+        assert f"--reuse-answers {tmp_path}/out/{task}/small__default," in row
         routers = row.split("--routers ")[1].split()[0].split(",")
         controls = {"oracle", "speculative", "random", "entropy", "confidence", "random_query"}
         assert controls <= set(routers)
