@@ -5,13 +5,18 @@ config whose setting matches ours (zero-shot, generative, reasoning before the a
 the target is "(B)", compared by exact_match ignoring case and punctuation, after one of its two
 filters:
 
-- `acc` (primary), its "flexible-extract": the last "(X)" in the reply; else the last choice
-  text quoted; else a letter after a colon ("Answer: B"). Small instruct models often drift from
-  the requested format ("the answer is (B) because ...", "Answer: B"); the flexible rule scores
-  what they meant, so routers are compared on knowledge rather than on format-following.
+- `acc` (primary): the letter in the reply's last \\boxed{...} when that box holds one option
+  letter ("\\boxed{B}", "\\boxed{(B)}"), else lm-eval's "flexible-extract": the last "(X)" in
+  the reply; else the last choice text quoted; else a letter after a colon ("Answer: B"). Small
+  instruct models often drift from the requested format ("the answer is (B) because ...",
+  "Answer: B", and Qwen's math habit "The answer is \\boxed{C}.": 6 of the 0.5B's first 64
+  mmlu replies, 2026-11-23, which lm-eval's rule reads as no answer or as an option it quoted
+  earlier); the primary scores what they meant, so routers are compared on knowledge rather
+  than on format-following.
+- `acc_flexible`: lm-eval's "flexible-extract" alone, kept so numbers compare with lm-eval's.
 - `acc_strict`, its "strict-match": the text right after "The answer is " / "answer is " /
   "The answer: " / "The final answer: " must be the letter.
-- `extracted`: 1.0 if the flexible rule found a letter at all (0.0: no answer, e.g. a reply cut
+- `extracted`: 1.0 if the primary rule found a letter at all (0.0: no answer, e.g. a reply cut
   at the token budget before its last sentence).
 
 lm-eval's ARC and CommonsenseQA configs are log-likelihood only, so the same rule serves them;
@@ -25,7 +30,7 @@ docs/issue11-results.md.
 from __future__ import annotations
 
 from tasks.base import user_message
-from tasks.rules import INVALID, exact_match, multi_choice_extract, regex_extract
+from tasks.rules import INVALID, exact_match, last_boxed, multi_choice_extract, regex_extract, unbox
 
 # Copied from lm-eval's mmlu/flan_cot_zeroshot/_mmlu_flan_cot_zeroshot_template_yaml
 # (tests/test_scoring_lmeval.py asserts they still equal the installed YAML).
@@ -49,14 +54,36 @@ def choice_prompt(question: str, choices: list[str]) -> tuple:
 
 
 def score_choice(completion: str, choices: list[str], gold: str) -> dict[str, float]:
-    """{"acc": flexible, "acc_strict": strict, "extracted": found} for a reply to `choice_prompt`; gold is a letter."""
+    """{"acc": primary, "acc_flexible", "acc_strict": lm-eval's two, "extracted": found} for a
+    reply to `choice_prompt`; gold is a letter."""
     target = f"({gold})"
     flexible = multi_choice_extract(
         completion, choices, FLEXIBLE_PATTERN, -1, ignore_case=True, ignore_punctuation=True
     )
     strict = regex_extract(completion, STRICT_PATTERN)
+    boxed = boxed_letter(completion, len(choices))
+    primary = f"({boxed})" if boxed else flexible
+
+    def score(pred: str) -> float:
+        return exact_match(pred, target, ignore_case=True, ignore_punctuation=True)
+
     return {
-        "acc": exact_match(flexible, target, ignore_case=True, ignore_punctuation=True),
-        "acc_strict": exact_match(strict, target, ignore_case=True, ignore_punctuation=True),
-        "extracted": float(flexible != INVALID),
+        "acc": score(primary),
+        "acc_flexible": score(flexible),
+        "acc_strict": score(strict),
+        "extracted": float(primary != INVALID),
     }
+
+
+def boxed_letter(completion: str, n_choices: int) -> str | None:
+    """The option letter in the last \\boxed{...} ("\\boxed{B}", "\\boxed{(B)}",
+    "\\boxed{\\text{B}}"), or None when there is no box or it holds anything else."""
+    box = last_boxed(completion)
+    if box is None:
+        return None
+    inner = unbox(box).strip()
+    for wrap in ("\\text{", "\\textbf{", "\\mathrm{"):
+        if inner.startswith(wrap) and inner.endswith("}"):
+            inner = inner[len(wrap) : -1].strip()
+    inner = inner.strip("() .")
+    return inner.upper() if len(inner) == 1 and inner.upper() in LETTERS[:n_choices] else None

@@ -184,8 +184,10 @@ def test_choice_scores_equal_lmeval():
             items.append((doc, completion, target))
     for (task, ex, completion), theirs in zip(cases, lmeval_scores(config, items), strict=True):
         ours = task.score(ex, completion)
-        assert ours["acc"] == theirs["flexible-extract"], completion
+        assert ours["acc_flexible"] == theirs["flexible-extract"], completion
         assert ours["acc_strict"] == theirs["strict-match"], completion
+        if "\\boxed" not in completion:  # the primary adds only the boxed letter to lm-eval's
+            assert ours["acc"] == theirs["flexible-extract"], completion
     assert len(cases) == 6 * 14
 
 

@@ -255,12 +255,23 @@ def test_letter_tasks_gold_and_wrong(loaded, name):
     for ex in task.load()[::7]:
         assert task.score(ex, f"Step by step... The answer is ({ex.reference}).") == {
             "acc": 1.0,
+            "acc_flexible": 1.0,
             "acc_strict": 1.0,
             "extracted": 1.0,
         }
         wrong = "B" if ex.reference == "A" else "A"
         assert task.score(ex, f"The answer is ({wrong}).")["acc"] == 0.0
         assert task.score(ex, "")["extracted"] == 0.0  # e.g. cut before any answer
+        # Qwen's math habit: a boxed letter is the answer (primary), which lm-eval's rule misses
+        boxed = task.score(
+            ex, f"\\(({wrong}) is wrong.\\) The answer is \\(\\boxed{{{ex.reference}}}\\)."
+        )
+        assert boxed["acc"] == 1.0 and boxed["extracted"] == 1.0 and boxed["acc_flexible"] == 0.0
+        assert task.score(ex, f"({ex.reference}) ... so \\boxed{{({wrong})}}")["acc"] == 0.0
+    from tasks.choice import boxed_letter
+
+    assert boxed_letter("\\boxed{42}", 4) is None and boxed_letter("\\boxed{E}", 4) is None
+    assert boxed_letter("\\boxed{\\text{(b)}}", 4) == "B" and boxed_letter("no box", 4) is None
 
 
 def test_math500_gold_solutions_score_one(loaded):
