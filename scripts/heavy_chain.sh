@@ -4,8 +4,8 @@
 #
 #   nohup bash scripts/heavy_chain.sh >> /work/logs/heavy-chain.log 2>&1 &
 #
-# Issue 13 trains on prompts chosen as issue 11 set them; issue 14 takes issue 11's small and
-# large runs as its reference rows (--collect) and issue 13's routers.
+# Issue 13 trains on prompts chosen as issue 11 set them; issue 14 runs issue 13's routers
+# (--collect copies in the rows measured on a GPU machine).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
