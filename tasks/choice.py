@@ -9,7 +9,7 @@ filters:
   letter ("\\boxed{B}", "\\boxed{(B)}"), else lm-eval's "flexible-extract": the last "(X)" in
   the reply; else the last choice text quoted; else a letter after a colon ("Answer: B"). Small
   instruct models often drift from the requested format ("the answer is (B) because ...",
-  "Answer: B", and Qwen's math habit "The answer is \\boxed{C}.": 6 of the 0.5B's first 64
+  "Answer: B", and Qwen's math habit "The answer is \\boxed{C}.": 7 of the 0.5B's first 67
   mmlu replies, 2026-11-23, which lm-eval's rule reads as no answer or as an option it quoted
   earlier); the primary scores what they meant, so routers are compared on knowledge rather
   than on format-following.
