@@ -1,10 +1,11 @@
 """A rehearsal of issue 13's and issue 14's chains end to end on the tiny GGUF pair (slow: about
-45 minutes on the 2-core VM; `pytest -m slow tests/test_chain_rehearsal.py`).
+10 minutes on the 2-core VM; `pytest -m slow tests/test_chain_rehearsal.py`).
 
 tests/test_chain_scripts.py checks every command line the chains give; this runs them, so that
 what one step hands the next (checkpoints, calibration files, reused answers, sweep folders,
 the rerun for `hybridbench compare`) is exercised before the real chain spends days on it. The
-sizes are tiny (a few examples a split, ten reward prompts, backbones of 1 and 2 layers); the
+sizes are tiny (a few examples a split, 48-token answers, ten reward prompts, backbones of 1 and 2
+layers); the
 tiny models answer nothing right, so the steps that need both kinds of label (the query
 router's correct / wrong) may stop with a clear message, and only those.
 """
