@@ -5,9 +5,8 @@ tests/test_chain_scripts.py checks every command line the chains give; this runs
 what one step hands the next (checkpoints, calibration files, reused answers, sweep folders,
 the rerun for `hybridbench compare`) is exercised before the real chain spends days on it. The
 sizes are tiny (a few examples a split, 48-token answers, ten reward prompts, backbones of 1 and 2
-layers); the
-tiny models answer nothing right, so the steps that need both kinds of label (the query
-router's correct / wrong) may stop with a clear message, and only those.
+layers); the tiny models answer nothing right, so the steps that need both kinds of label (the
+query router's correct / wrong) may stop with a clear message, and only those.
 """
 
 from __future__ import annotations
