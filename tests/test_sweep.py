@@ -292,3 +292,29 @@ def test_rows_run_again_and_compared_with_their_originals(pair, tmp_path):
         capture_output=True, text=True, env=ENV, timeout=60,
     )  # fmt: skip
     assert missing.returncode != 0 and "has no row 'entropy__p=1'" in missing.stderr
+
+
+def test_rescore_recomputes_stored_scores_and_the_summary(pair, tmp_path):
+    """scripts/rescore.py: scores come back from the stored completions alone; the old records
+    are kept; the summary follows."""
+    out = tmp_path / "run"
+    argv = ["run", "--task", "gsm8k", "--router", "small", "--limit", "2", "--max-new-tokens", "12",
+            "--small", pair[0], "--large", pair[1], "--dtype", "float32", "--threads", "1",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    records = out / "records.jsonl"
+    original = [json.loads(x) for x in records.read_text().splitlines()]
+    summary = json.loads((out / "summary.json").read_text())
+    tampered = [{**r, "scores": {**r["scores"], "exact_match": 1.0}} for r in original]
+    records.write_text("".join(json.dumps(r) + "\n" for r in tampered))
+    (out / "summary.json").write_text(json.dumps({**summary, "quality": 1.0}))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "rescore.py"), str(out)],
+        capture_output=True, text=True, env=ENV, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "exact_match 1.0000 -> " in done.stdout
+    assert [json.loads(x) for x in records.read_text().splitlines()] == original
+    assert json.loads((out / "summary.json").read_text())["quality"] == summary["quality"]
+    (kept,) = out.glob("records.jsonl.before-rescore-*")
+    assert [json.loads(x) for x in kept.read_text().splitlines()] == tampered

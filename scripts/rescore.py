@@ -1,0 +1,74 @@
+"""Score a run's stored completions again with its task's current scorer (no model is loaded).
+
+    flock /tmp/hybridbench-heavy.lock python scripts/rescore.py runs/validity/mmlu-small
+
+A scorer fix changes scores, never completions, so a run need not be decoded again: each
+record's `scores` is recomputed from its `completion` by the task the manifest names (with its
+task arguments); records that failed (an `error`) are left as they are. The old records are kept
+beside the new ones as records.jsonl.before-rescore-<UTC time>, and summary.json is written
+again (`harness.runner.write_summary`). Run it while nothing decodes into the folder (hold the
+heavy lock). Prints, per run, the records whose scores changed and the primary metric before
+and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from anywhere without installing the package
+
+
+def rescore(run: Path) -> dict:
+    """Rescore one run folder in place; returns {"n", "changed", "metric", "before", "after"}."""
+    from harness import metrics
+    from harness.runner import write_summary
+    from tasks import get_task
+
+    manifest_path, records_path = run / "manifest.json", run / "records.jsonl"
+    if not manifest_path.is_file() or not records_path.is_file():
+        raise SystemExit(f"{run}: not a run folder (manifest.json and records.jsonl needed)")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    task = get_task(manifest["task"], **manifest.get("task_args", {}))
+    examples = {ex.id: ex for split in (manifest["split"],) for ex in task.split(
+        split, seed=manifest.get("split_seed", 0))}  # fmt: skip
+    lines = [json.loads(x) for x in records_path.read_text(encoding="utf-8").splitlines() if x]
+    good = [r for r in lines if not r.get("error")]
+    before = metrics.quality(good, manifest["metric"])
+    changed = 0
+    for r in good:
+        if r["example_id"] not in examples:
+            raise SystemExit(f"{run}: {r['example_id']} is not in {manifest['split']}")
+        scores = task.score(examples[r["example_id"]], r["completion"])
+        changed += scores != r["scores"]
+        r["scores"] = scores
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    shutil.copy2(records_path, run / f"records.jsonl.before-rescore-{stamp}")
+    tmp = records_path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    os.replace(tmp, records_path)
+    write_summary(run, good, manifest)
+    after = metrics.quality(good, manifest["metric"])
+    return {"n": len(good), "changed": changed, "metric": manifest["metric"],
+            "before": before, "after": after}  # fmt: skip
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("runs", nargs="+", type=Path, help="run folders (manifest.json, records.jsonl)")
+    args = p.parse_args(argv)
+    for run in args.runs:
+        r = rescore(run)
+        print(f"{run}: {r['changed']} of {r['n']} records rescored differently; "
+              f"{r['metric']} {r['before']:.4f} -> {r['after']:.4f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
