@@ -1,18 +1,20 @@
 """Letter-answer multiple choice (mmlu, arc_challenge, commonsense_qa): one prompt, one scorer.
 
-The rule is lm-eval's zero-shot chain-of-thought MMLU (`mmlu_flan_cot_zeroshot`), the lm-eval
-config whose setting matches ours (zero-shot, generative, reasoning before the answer):
+The reference is lm-eval's zero-shot chain-of-thought MMLU (`mmlu_flan_cot_zeroshot`), the
+lm-eval config whose setting matches ours (zero-shot, generative, reasoning before the answer):
 the target is "(B)", compared by exact_match ignoring case and punctuation, after one of its two
-filters:
+filters (kept as `acc_flexible` and `acc_strict`); the primary reads only a stated answer:
 
-- `acc` (primary): the letter in the reply's last \\boxed{...} when that box holds one option
-  letter ("\\boxed{B}", "\\boxed{(B)}"), else lm-eval's "flexible-extract": the last "(X)" in
-  the reply; else the last choice text quoted; else a letter after a colon ("Answer: B"). Small
-  instruct models often drift from the requested format ("the answer is (B) because ...",
-  "Answer: B", and Qwen's math habit "The answer is \\boxed{C}.": 7 of the 0.5B's first 67
-  mmlu replies, 2026-11-23, which lm-eval's rule reads as no answer or as an option it quoted
-  earlier); the primary scores what they meant, so routers are compared on knowledge rather
-  than on format-following.
+- `acc` (primary): the answer the reply states: the letter in its last \\boxed{...} when that
+  box holds one option letter ("\\boxed{B}", "\\boxed{(B)}"), else the letter after its last
+  answer phrase ("The answer is (B)", "the correct answer is **Option B**", "Answer: B",
+  "the correct option is (B)"); a reply that states none has no answer and scores 0. Small
+  instruct models drift from the requested "(X)" (Qwen's math habit "The answer is
+  \\boxed{C}.": 7 of the 0.5B's first 67 mmlu replies, which lm-eval's rule read as no answer or
+  as an option quoted earlier), and a reply cut at the budget by a repetition loop states
+  nothing, yet lm-eval's rule credits the last "(X)" it mentioned while going through the
+  options (3 of the 4 loops among the 0.5B's first 76 mmlu replies scored 1 that way). On those
+  76 the stated answer equals lm-eval's reading in all 72 replies that state one (2026-11-23).
 - `acc_flexible`: lm-eval's "flexible-extract" alone, kept so numbers compare with lm-eval's.
 - `acc_strict`, its "strict-match": the text right after "The answer is " / "answer is " /
   "The answer: " / "The final answer: " must be the letter.
@@ -28,6 +30,8 @@ docs/issue11-results.md.
 """
 
 from __future__ import annotations
+
+import re
 
 from tasks.base import user_message
 from tasks.rules import INVALID, exact_match, last_boxed, multi_choice_extract, regex_extract, unbox
@@ -61,8 +65,8 @@ def score_choice(completion: str, choices: list[str], gold: str) -> dict[str, fl
         completion, choices, FLEXIBLE_PATTERN, -1, ignore_case=True, ignore_punctuation=True
     )
     strict = regex_extract(completion, STRICT_PATTERN)
-    boxed = boxed_letter(completion, len(choices))
-    primary = f"({boxed})" if boxed else flexible
+    stated = boxed_letter(completion, len(choices)) or stated_letter(completion, len(choices))
+    primary = f"({stated})" if stated else INVALID
 
     def score(pred: str) -> float:
         return exact_match(pred, target, ignore_case=True, ignore_punctuation=True)
@@ -73,6 +77,21 @@ def score_choice(completion: str, choices: list[str], gold: str) -> dict[str, fl
         "acc_strict": score(strict),
         "extracted": float(primary != INVALID),
     }
+
+
+# "answer is (B)", "correct answer is **Option B**", "Answer: B", "the correct option is (B)"
+ANSWER_PHRASE = re.compile(
+    r"(?:answer|option|choice)(?:\s+is|:)\s*[:\-]?\s*\**\s*(?:option\s*|choice\s*)?"
+    r"\(?\**([A-J])\**\)?(?![A-Za-z])",
+    re.IGNORECASE,
+)
+
+
+def stated_letter(completion: str, n_choices: int) -> str | None:
+    """The option letter after the reply's last answer phrase (ANSWER_PHRASE), or None."""
+    found = [m.upper() for m in ANSWER_PHRASE.findall(completion)]
+    found = [m for m in found if m in LETTERS[:n_choices]]
+    return found[-1] if found else None
 
 
 def boxed_letter(completion: str, n_choices: int) -> str | None:

@@ -186,8 +186,6 @@ def test_choice_scores_equal_lmeval():
         ours = task.score(ex, completion)
         assert ours["acc_flexible"] == theirs["flexible-extract"], completion
         assert ours["acc_strict"] == theirs["strict-match"], completion
-        if "\\boxed" not in completion:  # the primary adds only the boxed letter to lm-eval's
-            assert ours["acc"] == theirs["flexible-extract"], completion
     assert len(cases) == 6 * 14
 
 

@@ -268,6 +268,17 @@ def test_letter_tasks_gold_and_wrong(loaded, name):
         )
         assert boxed["acc"] == 1.0 and boxed["extracted"] == 1.0 and boxed["acc_flexible"] == 0.0
         assert task.score(ex, f"({ex.reference}) ... so \\boxed{{({wrong})}}")["acc"] == 0.0
+        # a loop cut at the budget mentions options but states no answer: no credit
+        loop = f"({ex.reference}) is one option. " + "Let us check the elements again. " * 40
+        assert task.score(ex, loop)["acc"] == 0.0 and task.score(ex, loop)["extracted"] == 0.0
+        assert task.score(ex, loop)["acc_flexible"] == 1.0  # lm-eval's rule credits it
+        for stated in (
+            f"Answer: {ex.reference}",
+            f"The correct answer is **Option {ex.reference}**.",
+            f"so the correct option is ({ex.reference}).",
+            f"The answer is {ex.reference}.",
+        ):
+            assert task.score(ex, f"({wrong}) is tempting. {stated}")["acc"] == 1.0, stated
     from tasks.choice import boxed_letter
 
     assert boxed_letter("\\boxed{42}", 4) is None and boxed_letter("\\boxed{E}", 4) is None
