@@ -79,18 +79,17 @@ def score_choice(completion: str, choices: list[str], gold: str) -> dict[str, fl
     }
 
 
-# "answer is (B)", "correct answer is **Option B**", "Answer: B", "the correct option is (B)"
+# "answer is (B)", "correct answer is **Option B**", "Answer: B", "the correct option is (B)";
+# the words in any case, the letter a capital ("This option is a repetition" states nothing)
 ANSWER_PHRASE = re.compile(
-    r"(?:answer|option|choice)(?:\s+is|:)\s*[:\-]?\s*\**\s*(?:option\s*|choice\s*)?"
-    r"\(?\**([A-J])\**\)?(?![A-Za-z])",
-    re.IGNORECASE,
+    r"(?i:answer|option|choice)(?:\s+is|:)\s*[:\-]?\s*\**\s*(?i:option\s*|choice\s*)?"
+    r"\(?\**([A-J])\**\)?(?![A-Za-z])"
 )
 
 
 def stated_letter(completion: str, n_choices: int) -> str | None:
     """The option letter after the reply's last answer phrase (ANSWER_PHRASE), or None."""
-    found = [m.upper() for m in ANSWER_PHRASE.findall(completion)]
-    found = [m for m in found if m in LETTERS[:n_choices]]
+    found = [m for m in ANSWER_PHRASE.findall(completion) if m in LETTERS[:n_choices]]
     return found[-1] if found else None
 
 

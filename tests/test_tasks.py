@@ -279,7 +279,10 @@ def test_letter_tasks_gold_and_wrong(loaded, name):
             f"The answer is {ex.reference}.",
         ):
             assert task.score(ex, f"({wrong}) is tempting. {stated}")["acc"] == 1.0, stated
-    from tasks.choice import boxed_letter
+    from tasks.choice import boxed_letter, stated_letter
+
+    assert stated_letter("This option is a repetition of Option C.", 4) is None  # prose, no letter
+    assert stated_letter("The answer is (B). This option is a good one.", 4) == "B"
 
     assert boxed_letter("\\boxed{42}", 4) is None and boxed_letter("\\boxed{E}", 4) is None
     assert boxed_letter("\\boxed{\\text{(b)}}", 4) == "B" and boxed_letter("no box", 4) is None
