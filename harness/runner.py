@@ -375,24 +375,29 @@ def _progress(records, metric: str) -> str:
 def load_records(path: Path, repair: bool = False) -> dict[str, dict]:
     """example_id -> last successful record. With `repair`, rewrite the file without failed
     records, duplicates and a half-written last line, so a resumed file has one line per example."""
-    good = {r["example_id"]: r for r in _all_lines(path) if not r.get("error")}
+    good = {r["example_id"]: r for r in all_lines(path) if not r.get("error")}
     if repair:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in good.values()), encoding="utf-8")
-        os.replace(tmp, path)
+        write_records(path, good.values())
     return good
+
+
+def write_records(path: Path, records) -> None:
+    """Replace the records file with `records`, one JSON line each, atomically."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def write_summary(out: Path, records: list[dict], manifest: dict) -> dict:
     from harness.metrics import summarize
 
-    failed = [r for r in _all_lines(out / "records.jsonl") if r.get("error")]
+    failed = [r for r in all_lines(out / "records.jsonl") if r.get("error")]
     summary = summarize(records + failed, manifest)
     _write_json(out / "summary.json", summary)
     return summary
 
 
-def _all_lines(path: Path) -> list[dict]:
+def all_lines(path: Path) -> list[dict]:
     """Every parseable line; a line cut by a crash is skipped (its example is decoded again).
     A run folder's records.jsonl.gz is read when its records.jsonl is missing (published runs)."""
     from harness.records import read_lines, records_path

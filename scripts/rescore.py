@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -28,21 +27,22 @@ sys.path.insert(0, str(ROOT))  # run from anywhere without installing the packag
 def rescore(run: Path) -> dict:
     """Rescore one run folder in place; returns {"n", "changed", "metric", "before", "after"}."""
     from harness import metrics
-    from harness.runner import write_summary
+    from harness.runner import all_lines, load_records, write_records, write_summary
     from tasks import get_task
 
     manifest_path, records_path = run / "manifest.json", run / "records.jsonl"
     if not manifest_path.is_file() or not records_path.is_file():
         raise SystemExit(f"{run}: not a run folder (manifest.json and records.jsonl needed)")
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    metric = manifest["metric"]
     task = get_task(manifest["task"], **manifest.get("task_args", {}))
-    examples = {ex.id: ex for split in (manifest["split"],) for ex in task.split(
-        split, seed=manifest.get("split_seed", 0))}  # fmt: skip
-    lines = [json.loads(x) for x in records_path.read_text(encoding="utf-8").splitlines() if x]
-    good = [r for r in lines if not r.get("error")]
-    before = metrics.quality(good, manifest["metric"])
-    changed = 0
-    for r in good:
+    split = task.split(manifest["split"], seed=manifest.get("split_seed", 0))
+    examples = {ex.id: ex for ex in split}
+    before = metrics.quality(list(load_records(records_path).values()), metric)
+    lines, changed = all_lines(records_path), 0  # failed records stay as they are
+    for r in lines:
+        if r.get("error"):
+            continue
         if r["example_id"] not in examples:
             raise SystemExit(f"{run}: {r['example_id']} is not in {manifest['split']}")
         scores = task.score(examples[r["example_id"]], r["completion"])
@@ -50,13 +50,11 @@ def rescore(run: Path) -> dict:
         r["scores"] = scores
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     shutil.copy2(records_path, run / f"records.jsonl.before-rescore-{stamp}")
-    tmp = records_path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
-    os.replace(tmp, records_path)
+    write_records(records_path, lines)
+    good = list(load_records(records_path).values())  # one per example, as the runner counts
     write_summary(run, good, manifest)
-    after = metrics.quality(good, manifest["metric"])
-    return {"n": len(good), "changed": changed, "metric": manifest["metric"],
-            "before": before, "after": after}  # fmt: skip
+    after = metrics.quality(good, metric)
+    return {"n": len(good), "changed": changed, "metric": metric, "before": before, "after": after}
 
 
 def main(argv=None) -> int:
