@@ -46,6 +46,23 @@ def threshold_for(router: str, scores, target_share: float) -> float:
     return -calibrated_threshold([-s for s in scores], target_share)
 
 
+def checkpoint_threshold(ckpt: dict, path, share, threshold, share_key: str):
+    """(share, threshold) of a trained router from its checkpoint (`hybridbench train-citer`,
+    `train-query`): `threshold` as given, else the one sending `share` of its calib scores to
+    large, else the checkpoint's own; `share` defaults to the checkpoint's `share_key`."""
+    if share is not None and not 0 <= share <= 1:
+        raise ValueError(f"share must be in [0, 1], got {share}")
+    if share is not None and threshold is None and "calib_scores" not in ckpt:
+        raise ValueError(f"{path} keeps no calib scores (trained before share=); give threshold")
+    if threshold is None:
+        threshold = (
+            ckpt["threshold"]
+            if share is None
+            else calibrated_threshold(ckpt["calib_scores"], share)
+        )
+    return (ckpt.get(share_key) if share is None else share), float(threshold)
+
+
 def read_calibration(path: str | Path, router: str) -> dict:
     """A calibration file for `router` (a clear error for a missing file or another router's)."""
     path = Path(path)

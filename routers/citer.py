@@ -101,22 +101,16 @@ class Citer(TokenRouter):
         threshold: float | None = None,
         draft_len: int = 1,
     ):
-        from routers.calibration import calibrated_threshold
+        from routers.calibration import checkpoint_threshold
 
         ckpt = load_checkpoint(path, "citer")
         self.path, self.digest = str(path), file_digest(path)
         self.mlp = CiterMLP(ckpt["hidden_size"])
         self.mlp.load_state_dict(ckpt["state_dict"])
         self.mlp.eval()
-        if share is not None and not 0 <= share <= 1:
-            raise ValueError(f"share must be in [0, 1], got {share}")
-        if share is not None and threshold is None and "calib_scores" not in ckpt:
-            raise ValueError(
-                f"{path} keeps no calib scores (trained before share=); give threshold"
-            )
-        self.share = ckpt.get("target_share") if share is None else share
-        tau = ckpt["threshold"] if share is None else calibrated_threshold(ckpt["calib_scores"], share)
-        self.threshold = float(tau if threshold is None else threshold)
+        self.share, self.threshold = checkpoint_threshold(
+            ckpt, path, share, threshold, "target_share"
+        )
         if draft_len < 1:
             raise ValueError(f"draft_len must be >= 1, got {draft_len}")
         self.draft_len = draft_len

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from routers.base import Needs, QueryView, Router
-from routers.calibration import calibrated_threshold
+from routers.calibration import checkpoint_threshold
 from routers.citer import check_hidden_backend, file_digest, load_checkpoint
 
 
@@ -57,12 +57,7 @@ class QueryRouter(Router):
         self.clf = QueryClassifier(ckpt["hidden_size"])
         self.clf.load_state_dict(ckpt["state_dict"])
         self.clf.eval()
-        if share is not None and not 0 <= share <= 1:
-            raise ValueError(f"share must be in [0, 1], got {share}")
-        self.share = ckpt["share"] if share is None else share
-        calib = torch.tensor(ckpt["calib_scores"])
-        default = ckpt["threshold"] if share is None else calibrated_threshold(calib, share)
-        self.threshold = float(default if threshold is None else threshold)
+        self.share, self.threshold = checkpoint_threshold(ckpt, path, share, threshold, "share")
         self._used = frozenset(ckpt["train_ids"]) | frozenset(ckpt["calib_ids"])
         self.small_backend = ckpt.get("small_backend", "hf")  # older checkpoints: transformers
 
