@@ -4,11 +4,11 @@
 
 A scorer fix changes scores, never completions, so a run need not be decoded again: each
 record's `scores` is recomputed from its `completion` by the task the manifest names (with its
-task arguments); records that failed (an `error`) are left as they are. The old records are kept
-beside the new ones as records.jsonl.before-rescore-<UTC time>, and summary.json is written
-again (`harness.runner.write_summary`). Run it while nothing decodes into the folder (hold the
-heavy lock). Prints, per run, the records whose scores changed and the primary metric before
-and after.
+task arguments); records that failed (an `error`) are left as they are. When any score changed,
+the old records are kept beside the new ones as records.jsonl.before-rescore-<UTC time>;
+summary.json is written again either way (`harness.runner.write_summary`). Run it while nothing
+decodes into the folder (hold the heavy lock). Prints, per run, the records whose scores changed
+and the primary metric before and after.
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ def rescore(run: Path) -> dict:
         scores = task.score(examples[r["example_id"]], r["completion"])
         changed += scores != r["scores"]
         r["scores"] = scores
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    shutil.copy2(records_path, run / f"records.jsonl.before-rescore-{stamp}")
-    write_records(records_path, lines)
+    if changed:  # nothing changed: no copy of the same records, nothing rewritten
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        shutil.copy2(records_path, run / f"records.jsonl.before-rescore-{stamp}")
+        write_records(records_path, lines)
     good = list(load_records(records_path).values())  # one per example, as the runner counts
     write_summary(run, good, manifest)
     after = metrics.quality(good, metric)

@@ -318,3 +318,9 @@ def test_rescore_recomputes_stored_scores_and_the_summary(pair, tmp_path):
     assert json.loads((out / "summary.json").read_text())["quality"] == summary["quality"]
     (kept,) = out.glob("records.jsonl.before-rescore-*")
     assert [json.loads(x) for x in kept.read_text().splitlines()] == tampered
+    again = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "rescore.py"), str(out)],
+        capture_output=True, text=True, env=ENV, timeout=120,
+    )  # fmt: skip
+    assert again.returncode == 0 and "0 of 2 records rescored differently" in again.stdout
+    assert list(out.glob("records.jsonl.before-rescore-*")) == [kept]  # no copy of the same
