@@ -2,8 +2,8 @@
 its examples done of its target and, at the rate its sessions measured, the hours left; per
 training folder its final files and the wall time it has cost so far. Reads files only.
 
-    python scripts/chain_status.py                       # runs/validity runs/train13 runs/edition2
-    python scripts/chain_status.py runs/edition2/gsm8k   # any folders holding run folders
+    python scripts/chain_status.py                       # results/validity results/train13 results/edition2
+    python scripts/chain_status.py results/edition2/gsm8k   # any folders holding run folders
 
 A run's target is the --limit of its latest invocation, or its split's size where that is
 smaller (--limit 1000 = all); a chain that grows a run in chunks (issue 11: 100, then 200) shows
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere without installing the package
 
-DEFAULT = ("runs/validity", "runs/reference", "runs/train13", "runs/edition2")
+DEFAULT = ("results/validity", "results/train13", "results/edition2")  # scripts/heavy_chain.sh
 # training folders: the file that says a step is finished
 FINAL = ("citer.pt", "query.pt", "reward.pt", "metrics.json", "pairs.jsonl")
 

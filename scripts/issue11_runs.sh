@@ -14,14 +14,19 @@
 # `hybridbench run --task T` uses. Sizes: the issue's (>= 200 test examples for gsm8k, mbpp,
 # mmlu; all 85 of humaneval's test split; >= 50 for the others; cnn_dm has only the project's
 # 8 written paragraphs, so it runs on all of them).
+# ONLY="task ..." runs those tasks' lines alone (scripts/heavy_chain.sh: the ones still to measure).
 set -uo pipefail
+ONLY=${ONLY:-}
 LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
 OUT=${OUT:-runs/validity}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi
 
+want() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
+
 run() { # TASK ROUTER LIMIT [run args...]: one chunk, under the lock
     local task=$1 router=$2 limit=$3 rec
+    want "$task" || return 0
     shift 3
     rec="$OUT/$task-$router/records.jsonl"
     if [ -f "$OUT/$task-$router/summary.json" ] && [ -f "$rec" ] && \
@@ -55,6 +60,7 @@ both gsm8k 100 50 --batch 1
 both mbpp 100 50 --batch 1
 # the reference check as soon as its examples exist (it resumes; first 50, then 100)
 for n in 50 100; do
+    want reference || break
     echo "== $(date -u +%H:%M:%S) reference check --limit $n"
     flock "$LOCK" python scripts/reference_check.py --runs "$OUT" --tasks gsm8k,mbpp \
         --limit "$n" --out runs/reference --threads 2

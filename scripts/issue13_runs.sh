@@ -8,7 +8,7 @@
 # offline data has): gsm8k train 503, calib 138; mbpp train 205, calib 40. --limit 1000 = all.
 set -uo pipefail
 LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
-OUT=${OUT:-runs/train13}
+OUT=${OUT:-results/train13}
 THREADS=${THREADS:-2}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/activate; fi

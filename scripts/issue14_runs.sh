@@ -3,10 +3,10 @@
 # every step is a resumable command under the heavy lock; after an interruption run this again.
 #
 #   nohup bash scripts/issue14_runs.sh >> /work/logs/issue14-runs.log 2>&1 &
-#   hybridbench report runs/edition2/gsm8k                          # the leaderboard so far
-#   python scripts/chain_status.py runs/edition2                     # what is done, what remains
-#   python scripts/publish_edition.py runs/edition2 reports/published --tasks gsm8k,mbpp,humaneval
-#   cat runs/edition2-rerun/mbpp/compare.json                        # a rerun of four rows, compared
+#   hybridbench report results/edition2/gsm8k                          # the leaderboard so far
+#   python scripts/chain_status.py results/edition2                     # what is done, what remains
+#   python scripts/publish_edition.py results/edition2 reports/published --tasks gsm8k,mbpp,humaneval
+#   cat results/edition2-rerun/mbpp/compare.json                        # a rerun of four rows, compared
 #
 # Rows, per task, on the same first N test examples (gsm8k 200, mbpp 200, humaneval all 85):
 #   controls   small and large, decoded here like every other row (B = 16, one pass over the N
@@ -20,8 +20,8 @@
 # Thresholds come from calib (`hybridbench calibrate` over small's calib answers), never by hand.
 set -uo pipefail
 LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
-OUT=${OUT:-runs/edition2}
-TRAINED=${TRAINED:-runs/train13}
+OUT=${OUT:-results/edition2}
+TRAINED=${TRAINED:-results/train13}
 THREADS=${THREADS:-2}
 TARGETS=0.1,0.2,0.35
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1

@@ -2,7 +2,7 @@
 threshold (and target share), small / hybrid / large accuracy, the large-call share (the paper's
 "activation ratio"), the large-token share and the measured throughput.
 
-    python scripts/paper_tables.py runs/edition2/gsm8k runs/edition2/mbpp [--router reward]
+    python scripts/paper_tables.py results/edition2/gsm8k results/edition2/mbpp [--router reward]
 
 Each folder is a results folder (a sweep's): its `small` and `large` runs are the references,
 every run of `--router` (default reward) is a row. Quality carries its 95% interval and n.

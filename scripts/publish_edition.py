@@ -1,6 +1,6 @@
 """Copy a sweep's results into reports/published/ as a leaderboard edition, and regenerate it.
 
-    python scripts/publish_edition.py runs/edition2 reports/published --tasks gsm8k,mbpp,humaneval
+    python scripts/publish_edition.py results/edition2 reports/published --tasks gsm8k,mbpp,humaneval
 
 For each task folder of SRC (run folders, and `device/` rows measured on a GPU machine):
 DEST/<task>/ is replaced by the task's run folders (manifest.json, summary.json, and the records
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     from reports import write_report
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("src", help="folder of task folders (e.g. runs/edition2)")
+    ap.add_argument("src", help="folder of task folders (e.g. results/edition2)")
     ap.add_argument("dest", help="published folder (e.g. reports/published)")
     ap.add_argument("--tasks", required=True, help="comma-separated task folders to publish")
     args = ap.parse_args(argv)

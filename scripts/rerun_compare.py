@@ -1,7 +1,7 @@
 """Run a few rows of a sweep again and `hybridbench compare` each with its original (issue 14).
 
-    python scripts/rerun_compare.py runs/edition2/mbpp --rows random__p=0.2,speculative__default \\
-        --out runs/edition2-rerun/mbpp --lock /tmp/hybridbench-heavy.lock
+    python scripts/rerun_compare.py results/edition2/mbpp --rows random__p=0.2,speculative__default \\
+        --out results/edition2-rerun/mbpp --lock /tmp/hybridbench-heavy.lock
 
 Each row's command line is the one the sweep recorded (SWEEP/sweep.json), with only --out
 changed: same task, split, examples, budget, models, backend, threads and batch size, so the

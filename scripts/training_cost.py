@@ -1,7 +1,7 @@
 """What each trained router cost (issue 13): one row per training output folder and per run whose
 answers a training command read, with wall time, examples and tokens generated.
 
-    python scripts/training_cost.py runs/train13          # a Markdown table
+    python scripts/training_cost.py results/train13          # a Markdown table
 
 A training command's folder keeps `cost.jsonl` (one line per invocation, resumed ones included;
 `harness.training.common.total_cost`); examples come from what the folder holds: reward data's

@@ -27,7 +27,7 @@ with open(os.environ["STAND_IN_LOG"], "a") as f:
 """
 
 
-def run_chain(script: str, tmp_path: Path, trained: bool) -> list[str]:
+def run_chain(script: str, tmp_path: Path, trained: bool, **extra_env: str) -> list[str]:
     """The command lines `script` gives hybridbench, each checked by the real parser, joined."""
     if shutil.which("flock") is None:
         pytest.fail("flock (util-linux) is needed by the chain scripts and was not found")
@@ -55,6 +55,7 @@ def run_chain(script: str, tmp_path: Path, trained: bool) -> list[str]:
         TRAINED=str(train),
         PYTHONPATH=str(ROOT),
         STAND_IN_LOG=str(tmp_path / "argv.jsonl"),
+        **extra_env,
     )
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / script)],
@@ -91,6 +92,37 @@ def test_issue13_chain_command_lines_parse(tmp_path):
         want = f"{task}-train-small/records.jsonl,{tmp_path}/out/{task}-calib-small/records.jsonl"
         assert want in lf
     assert commands.count("train-reward") == 4  # two depths x two heads
+
+
+def test_issue11_only_runs_the_tasks_it_names(tmp_path):
+    """scripts/heavy_chain.sh runs issue 11's remaining tasks alone (ONLY=...): their small and
+    large runs, nothing of the tasks already measured, no reference check."""
+    parsed = run_chain("issue11_runs.sh", tmp_path, trained=False, ONLY="commonsense_qa cnn_dm")
+    got = [(argv.split("--task ")[1].split()[0], argv.split("--router ")[1].split()[0])
+           for argv in parsed]  # fmt: skip
+    assert got == [("commonsense_qa", "small"), ("commonsense_qa", "large"),
+                   ("cnn_dm", "small"), ("cnn_dm", "large")]  # fmt: skip
+    assert all("--split all" in argv for argv in parsed if "cnn_dm" in argv)
+
+
+def test_keep_results_stages_small_files_and_lists_big_ones(tmp_path):
+    """scripts/keep_results.sh: results/ files under the size limit are staged for a commit,
+    bigger ones are left out and named."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "keep_results.sh", repo / "scripts")
+    run = repo / "results" / "validity" / "csqa-small"
+    run.mkdir(parents=True)
+    (run / "records.jsonl").write_text('{"id": "1"}\n')
+    (run / "labels.safetensors").write_bytes(b"x" * (2 * 1024 * 1024 + 1))
+    git = ["git", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    proc = subprocess.run(["bash", "scripts/keep_results.sh"], cwd=repo, env=dict(
+        os.environ, MAX_MB="1"), capture_output=True, text=True, check=True)  # fmt: skip
+    staged = subprocess.run([*git, "diff", "--cached", "--name-only"], capture_output=True,
+                            text=True, check=True).stdout.split()  # fmt: skip
+    assert staged == ["results/validity/csqa-small/records.jsonl"]
+    assert "results/validity/csqa-small/labels.safetensors (3 MB)" in proc.stdout
 
 
 @pytest.mark.parametrize("trained", [False, True])
