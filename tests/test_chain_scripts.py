@@ -115,13 +115,15 @@ def test_keep_results_stages_small_files_and_lists_big_ones(tmp_path):
     run.mkdir(parents=True)
     (run / "records.jsonl").write_text('{"id": "1"}\n')
     (run / "labels.safetensors").write_bytes(b"x" * (2 * 1024 * 1024 + 1))
+    (run / "records.tmp").write_text("partial")  # ignored: a write under way
+    (repo / "results" / ".gitignore").write_text("*.tmp\n")
     git = ["git", "-C", str(repo)]
     subprocess.run([*git, "init", "-q"], check=True)
     proc = subprocess.run(["bash", "scripts/keep_results.sh"], cwd=repo, env=dict(
         os.environ, MAX_MB="1"), capture_output=True, text=True, check=True)  # fmt: skip
     staged = subprocess.run([*git, "diff", "--cached", "--name-only"], capture_output=True,
                             text=True, check=True).stdout.split()  # fmt: skip
-    assert staged == ["results/validity/csqa-small/records.jsonl"]
+    assert staged == ["results/.gitignore", "results/validity/csqa-small/records.jsonl"]
     assert "results/validity/csqa-small/labels.safetensors (3 MB)" in proc.stdout
 
 

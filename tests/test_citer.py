@@ -164,6 +164,30 @@ def test_file_roundtrip_resume_and_second_round(engine, tmp_path, monkeypatch):
     assert torch.equal(r2["label"][~rolled], loaded["label"][~rolled])
 
 
+def test_hidden_states_live_apart_and_are_restored_on_resume(engine, tmp_path):
+    """The hidden states go to a sibling file (90% of the bytes; results/ keeps the rest in git):
+    without it, or with one that does not match, the file loads without them and a resumed
+    build_labels makes them again, equal to the first ones."""
+    task = FakeTask(verdict=1.0)
+    cfg = LabelConfig(mode="reference", max_rollouts=1, rollout_tokens=3, top_k=2)
+    path = tmp_path / "labels_r1.safetensors"
+    exs = task.load()
+    first = build_labels(engine, task, exs[:2], cfg, path, progress=False)
+    sibling = tmp_path / "labels_r1.hidden.safetensors"
+    assert labels.hidden_path(path) == sibling and sibling.exists()
+    assert TokenLabels.load(path).has_hidden
+    kept = sibling.read_bytes()
+    sibling.unlink()  # a fresh machine: the big file was not kept
+    bare = TokenLabels.load(path)
+    assert not bare.has_hidden and len(bare) == len(first)
+    full = build_labels(engine, task, exs, cfg, path, progress=False)
+    rows = torch.isin(full["example"], torch.tensor([0, 1]))
+    assert full.has_hidden and torch.equal(full["hidden"][rows], first["hidden"])
+    assert torch.equal(TokenLabels.load(path)["hidden"], full["hidden"])
+    sibling.write_bytes(kept)  # a sibling of the 2-example file beside the 3-example one
+    assert not TokenLabels.load(path).has_hidden
+
+
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_batched_rollouts_equal_one_at_a_time(kind, tmp_path):
     """build_labels and relabel_rollouts decode rollouts `batch` at a time; every rollout label

@@ -662,7 +662,7 @@ def test_features_resume_after_an_interruption(tmp_path, monkeypatch):
     monkeypatch.setattr(tr, "pair_features", dies_on_the_second_block)
     with pytest.raises(KeyboardInterrupt):
         tr._features(None, records, {"k": 1}, tmp_path / "b.pt")
-    assert (tmp_path / "b.partial").exists() and not (tmp_path / "b.pt").exists()
+    assert [f.name for f in (tmp_path / "b").iterdir()] == ["00000.pt"]  # the first block
     calls.clear()
     monkeypatch.setattr(tr, "pair_features", fake)
     got, ties = tr._features(None, records, {"k": 1}, tmp_path / "b.pt")
@@ -670,11 +670,13 @@ def test_features_resume_after_an_interruption(tmp_path, monkeypatch):
     assert ties == want_ties and got.prompt == want.prompt
     for f in ("chosen", "rejected", "length"):
         assert torch.equal(getattr(got, f), getattr(want, f))
-    assert not (tmp_path / "b.partial").exists()
-    # other settings (another key) do not resume someone else's blocks
+    # other settings (another key) or other prompts do not resume someone else's blocks
     calls.clear()
     tr._features(None, records, {"k": 2}, tmp_path / "b.pt")
     assert len(calls) == 3
+    calls.clear()
+    tr._features(None, records[1:], {"k": 2}, tmp_path / "b.pt")
+    assert len(calls) == 2  # both blocks now hold other prompts than the saved ones
 
 
 @pytest.mark.parametrize("kind", BACKENDS)

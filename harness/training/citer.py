@@ -116,7 +116,7 @@ def run_train_citer(args) -> int:
             router = Citer(str(ckpt))
             data = relabel_rollouts(engine, task, train, data, router, path2)
         elif path2.exists() and set(TokenLabels.load(path2).meta["done"]) >= {e.id for e in train}:
-            data = TokenLabels.load(path2)
+            data = build_labels(engine, task, train, cfg, path2, round_=2)  # (restores hidden)
         else:  # label_free: trajectories decoded with the round-1 router in the loop
             router = Citer(str(ckpt))
             cache = out / "trajectories_r2.jsonl"

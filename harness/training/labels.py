@@ -23,7 +23,12 @@ Trajectories and labels (`LabelConfig.mode`):
   --router small` records file, or decoded here); label 1 where small's greedy token equals
   large's greedy token (source agree), else 0 (disagree). No reference, no rollouts.
 
-File format: one safetensors file (no pickle), N rows, columns
+File format: safetensors (no pickle), N rows; `hidden` is written to a sibling file
+(`labels_r1.safetensors` -> `labels_r1.hidden.safetensors`), all other columns to the file
+itself. The hidden states are 90% of the bytes (300 MB for gsm8k's train split) and only
+small's teacher-forced pass over the stored trajectory is needed to make them again, so the
+rest can be kept (results/ in git) without them: a file whose sibling is missing or does not
+match loads without `hidden`, and `build_labels` restores it when it resumes. Columns:
 
     example         int32 [N]     index into metadata["example_ids"]
     position        int32 [N]     index of the token in the trajectory (0 = first answer token)
@@ -105,16 +110,20 @@ class TokenLabels:
     def example_ids(self) -> list[str]:
         return list(self.meta.get("example_ids", []))
 
-    def save(self, path) -> None:
-        """Atomic write: a crash leaves the old file or the new one."""
-        from safetensors.torch import save_file
+    @property
+    def has_hidden(self) -> bool:
+        return "hidden" in self.columns
 
+    def save(self, path) -> None:
+        """Atomic writes, the hidden states' sibling first: a crash leaves the old files, the new
+        ones, or a newer sibling that does not match (so that it is restored on resume)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        meta = {k: json.dumps(v) for k, v in {**self.meta, "schema": SCHEMA}.items()}
-        save_file({k: v.contiguous() for k, v in self.columns.items()}, str(tmp), metadata=meta)
-        os.replace(tmp, path)
+        if self.has_hidden:
+            check = {"rows": len(self), "done": len(self.meta.get("done", []))}
+            _write(hidden_path(path), {"hidden": self.columns["hidden"]}, check)
+        meta = {**self.meta, "schema": SCHEMA}
+        _write(path, {k: v for k, v in self.columns.items() if k != "hidden"}, meta)
 
     @classmethod
     def load(cls, path) -> TokenLabels:
@@ -128,6 +137,13 @@ class TokenLabels:
             if meta.get("schema") != SCHEMA:
                 raise UserError(f"{path} is not a token label file ({SCHEMA})")
             columns = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open API
+        sibling = hidden_path(path)
+        if "hidden" not in columns and sibling.exists():  # (older files hold it themselves)
+            with safe_open(str(sibling), framework="pt") as f:
+                check = {k: json.loads(v) for k, v in (f.metadata() or {}).items()}
+                want = {"rows": len(columns["label"]), "done": len(meta.get("done", []))}
+                if check == want:
+                    columns["hidden"] = f.get_tensor("hidden")
         return cls(columns, meta)
 
     def rows_of(self, example_index: int) -> torch.Tensor:
@@ -145,6 +161,29 @@ class TokenLabels:
             **{name: int((src == i).sum()) for i, name in enumerate(LABEL_SOURCES)},
             "small_share": float(lab[known].float().mean()) if known.any() else float("nan"),
         }
+
+
+def hidden_path(path) -> Path:
+    """Where the hidden states of the label file `path` are kept."""
+    path = Path(path)
+    return path.with_name(f"{path.name.removesuffix('.safetensors')}.hidden.safetensors")
+
+
+def _write(path: Path, columns: dict, meta: dict) -> None:
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(path.name + ".tmp")
+    meta = {k: json.dumps(v) for k, v in meta.items()}
+    save_file({k: v.contiguous() for k, v in columns.items()}, str(tmp), metadata=meta)
+    os.replace(tmp, path)
+
+
+def small_hidden(engine, example, traj: list[int], chunk: int) -> torch.Tensor:
+    """Small's hidden states along `traj` after `example`'s prompt: the `hidden` column of the
+    example's rows, as `teacher_force` makes it."""
+    prompt = engine.encode(example.messages)
+    passes = forced_passes(engine.backends["small"], prompt, traj, chunk, hidden=True)
+    return torch.cat([h.to(torch.bfloat16) for _, h in passes])
 
 
 def reference_text(task, example) -> str | None:
@@ -340,15 +379,27 @@ def build_labels(
     if data is not None:
         done = set(data.meta["done"])
         meta["done"] = [i for i in ids if i in done]
+        by_id = {ex.id: ex for ex in examples}
+        restore = None  # the hidden states' file did not survive (a fresh machine): make them
+        if not data.has_hidden and meta["done"]:
+            restore = _bar(len(meta["done"]), "hidden states (restored)", progress)
         for j, ex_id in enumerate(data.example_ids):
             if ex_id in done and ex_id in ids:
                 rows = data.rows_of(j)
                 for c in COLUMNS:
+                    if c == "hidden" and not data.has_hidden:
+                        traj = data["context_token"][rows].tolist()
+                        columns[c].append(small_hidden(engine, by_id[ex_id], traj, cfg.chunk))
+                        if restore is not None:
+                            restore.update(1)
+                        continue
                     col = data[c][rows]
                     columns[c].append(
                         col if c != "example" else torch.full_like(col, ids.index(ex_id))
                     )
                 meta["n_prompt"][ids.index(ex_id)] = data.meta["n_prompt"][j]
+        if restore is not None:
+            restore.close()
     done = set(meta["done"])
     todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in done]
     if not todo and data is None:

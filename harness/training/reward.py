@@ -484,35 +484,32 @@ FEATURE_BLOCK = 50  # prompts whose features are saved together (an interrupted 
 
 
 def _features(model, records, key: dict, path: Path) -> tuple[Pairs, int]:
-    """Frozen-backbone features of every chunk pair, computed once and cached beside the model;
-    computed FEATURE_BLOCK prompts at a time into `<path>.partial`, so a long run resumes."""
-    if path.exists():
-        saved = torch.load(path, weights_only=True)
-        if saved["key"] == key:
-            return Pairs(
-                saved["chosen"], saved["rejected"], saved["length"], tuple(saved["prompt"])
-            ), saved["ties"]
-    part = path.with_suffix(".partial")
+    """Frozen-backbone features of every chunk pair, computed once and cached beside the model,
+    FEATURE_BLOCK prompts a file (`features/00000.pt`, ...: ~5 MB each at 24 layers, so that
+    results/ in git keeps them and a long run resumes on a fresh machine)."""
+    folder = path.with_suffix("")
+    folder.mkdir(parents=True, exist_ok=True)
     blocks, ties = [], 0
-    if part.exists():
-        saved = torch.load(part, weights_only=True)
-        if saved["key"] == key:
-            blocks, ties = saved["blocks"], saved["ties"]
-    for start in range(len(blocks) * FEATURE_BLOCK, len(records), FEATURE_BLOCK):
-        block, n_ties = pair_features(model, records[start : start + FEATURE_BLOCK])
-        blocks.append({**asdict(block), "prompt": list(block.prompt)})
-        ties += n_ties
-        _atomic_save(part, {"key": key, "blocks": blocks, "ties": ties})
-        done = min(start + FEATURE_BLOCK, len(records))
-        print(f"features: {done} of {len(records)} prompts (saved; a rerun resumes)", flush=True)
+    for start in range(0, len(records), FEATURE_BLOCK):
+        part, ids = (
+            folder / f"{start:05d}.pt",
+            [r["id"] for r in records[start : start + FEATURE_BLOCK]],
+        )
+        saved = torch.load(part, weights_only=True) if part.exists() else None
+        if saved is None or saved["key"] != key or saved["ids"] != ids:
+            block, n_ties = pair_features(model, records[start : start + FEATURE_BLOCK])
+            saved = {"key": key, "ids": ids, "ties": n_ties}
+            saved["block"] = {**asdict(block), "prompt": list(block.prompt)}
+            _atomic_save(part, saved)
+            done = min(start + FEATURE_BLOCK, len(records))
+            print(
+                f"features: {done} of {len(records)} prompts (saved; a rerun resumes)", flush=True
+            )
+        blocks.append(saved["block"])
+        ties += saved["ties"]
     cat = lambda k: torch.cat([b[k] for b in blocks]) if blocks else torch.zeros(0)  # noqa: E731
     prompts = tuple(p for b in blocks for p in b["prompt"])
-    pairs = Pairs(cat("chosen"), cat("rejected"), cat("length").long(), prompts)
-    if not blocks:
-        pairs, ties = pair_features(model, records)
-    torch.save({"key": key, **asdict(pairs), "prompt": list(pairs.prompt), "ties": ties}, path)
-    part.unlink(missing_ok=True)
-    return pairs, ties
+    return Pairs(cat("chosen"), cat("rejected"), cat("length").long(), prompts), ties
 
 
 def _atomic_save(path: Path, obj) -> None:
