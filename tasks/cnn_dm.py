@@ -9,6 +9,11 @@ is a JSONL the user supplies (`path=`), one object per line with `article` and `
 Scores are `rouge_score.RougeScorer(["rouge1", "rouge2", "rougeLsum"], use_stemmer=True)`
 F-measures in [0, 1] (multiply by 100 for the usual tables). rougeLsum compares sentence by
 sentence, so both texts are put one sentence per line first (newlines, then ". ", "! ", "? ").
+
+Budget 256 tokens, measured (2026-11-23, llama.cpp, greedy, all 8 default paragraphs,
+`--split all`; docs/issue11-results.md): nothing cut, longest summary 106 tokens (small) / 101
+(large), every reply non-empty; rougeLsum small 0.455 [0.432, 0.476], large 0.467 [0.419, 0.511]
+(n = 8: a check that the prompt lets both finish, not a benchmark).
 """
 
 from __future__ import annotations

@@ -1,6 +1,12 @@
 """CommonsenseQA: five-option commonsense questions, letter answer A-E (scored as `tasks.choice`).
 
 Rows: validation 1221 (the test split has no public labels), split by hash (see `tasks.base`).
+
+Measured (2026-11-23, llama.cpp, greedy, first 50 test questions, budget 1024;
+docs/issue11-results.md): small (0.5B) acc 0.300 [0.180, 0.420], large (1.5B) 0.380 [0.260,
+0.520]. Cut at the budget: small 2% (one repetition loop), large 0. No stated answer: small 8%
+(the loop, and 3 replies ending with the template's "(X)" copied), large 2% (one "The answer is
+(X) E."); above the 2% goal for small, reported, not hidden (a bigger budget changes neither).
 """
 
 from __future__ import annotations
