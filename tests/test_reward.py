@@ -413,7 +413,11 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
         str(mlp),
         *train[train.index("--out") + 2 :],
     ]
+    assert "features: 6 of 6 prompts" in capsys.readouterr().out  # computed by the first run
     assert main([*argv_mlp, "--head", "mlp", "--epochs", "3", "--l2", "0.001"]) == 0
+    # same data, backbone, depth and dtype: the linear head's features, not computed again
+    assert "features:" not in capsys.readouterr().out
+    assert len(list(data.glob("features-*"))) == 1
     from routers.reward import load_reward_model
 
     m, c = load_reward_model(mlp / "reward.pt", "float32")

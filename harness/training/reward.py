@@ -11,7 +11,8 @@ depth (`--layers`, up to all of small's) is the other capacity knob. Why frozen:
   - with the backbone frozen, the score at a chunk's last token is head(h) where h comes from
     ONE forward pass over prompt + response (causal attention: h at position t does not depend on
     later tokens), so every chunk of a response shares one pass, features are computed once
-    (cached in --out/features.pt) and each epoch is matrix algebra on cached rows;
+    (cached beside the data, `--data/features-<identity>/`, shared by every head trained on the
+    same data, backbone, depth and dtype) and each epoch is matrix algebra on cached rows;
   - training backbone layers (or LoRA adapters) would need a backward pass through them over
     every response, every epoch: hours per epoch on a 2-core CPU for 1,000 prompts;
   - a head-only checkpoint also runs on llama.cpp beside a llama.cpp small model (the reward
@@ -357,7 +358,8 @@ def run_train_reward(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     model = build_reward_model(source, args.layers, args.dtype, head=args.head)
-    pairs, ties = _features(model, records, key, out / "features.pt")
+    ident = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    pairs, ties = _features(model, records, key, Path(args.data) / f"features-{ident}.pt")
     t_features = time.perf_counter() - t0
     train, test = heldout_split(pairs, args.holdout, args.seed)
     d = HEAD_DEFAULTS[args.head]
@@ -484,8 +486,8 @@ FEATURE_BLOCK = 50  # prompts whose features are saved together (an interrupted 
 
 
 def _features(model, records, key: dict, path: Path) -> tuple[Pairs, int]:
-    """Frozen-backbone features of every chunk pair, computed once and cached beside the model,
-    FEATURE_BLOCK prompts a file (`features/00000.pt`, ...: ~5 MB each at 24 layers, so that
+    """Frozen-backbone features of every chunk pair, computed once and cached in `path` without
+    its suffix, FEATURE_BLOCK prompts a file (`00000.pt`, ...: ~5 MB each at 24 layers, so that
     results/ in git keeps them and a long run resumes on a fresh machine)."""
     folder = path.with_suffix("")
     folder.mkdir(parents=True, exist_ok=True)
