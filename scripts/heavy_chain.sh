@@ -2,7 +2,8 @@
 # The real-model work of issues 11, 13 and 14, one after the other (each script resumable, each
 # step under the heavy lock): start it once per session and it goes on where it stopped.
 #
-#   nohup bash scripts/heavy_chain.sh >> /work/logs/heavy-chain.log 2>&1 &
+#   bash scripts/start_chain.sh                    # (installs, then runs this in the background)
+#   nohup bash scripts/heavy_chain.sh >> /work/logs/heavy-chain.log 2>&1 &   # the same, by hand
 #   python scripts/chain_status.py                 # what is done, what remains
 #   bash scripts/keep_results.sh                   # stage results/ for a commit (before stopping)
 #
