@@ -89,9 +89,13 @@ def run_train_query(args) -> int:
 @torch.inference_mode()
 def features(engine, examples) -> torch.Tensor:
     """[n, H]: small's last hidden state mean-pooled over each prompt (the core's QueryView)."""
+    import sys
+
+    from tqdm import tqdm
+
     small = engine.backends["small"]
     rows = []
-    for ex in examples:
+    for ex in tqdm(examples, desc="prompt features", unit="prompt", file=sys.stderr):
         ids = engine.encode(ex.messages)
         small.reset()
         _, h = small.forward(ids, len(ids), hidden=True)
