@@ -25,6 +25,11 @@ step() { # a command under the lock, timed, its exit status reported
     [ $rc -eq 0 ] || echo "!! exited $rc: $*"
 }
 
+has_stat() { # CHECKPOINT KEY: does the checkpoint exist with KEY in its stats?
+    [ -f "$1" ] && python -c "import sys, torch
+sys.exit(sys.argv[2] not in torch.load(sys.argv[1], weights_only=True).get('stats', {}))" "$1" "$2"
+}
+
 for task in gsm8k mbpp; do
     # 1. small's greedy answers on train: the query router's labels (correct or not) and the
     #    label-free CITER trajectories; on calib: CITER's calibration trajectories (label-free),
@@ -33,10 +38,15 @@ for task in gsm8k mbpp; do
         step hybridbench run --task $task --router small --split $split --limit $ALL \
             "${MODELS[@]}" --out "$OUT/$task-$split-small"
     done
-    # 2. query router (labels: small's own answers), tau for 20% of calib prompts; share= re-sets it
-    step hybridbench train-query --task $task --train-limit $ALL --calib-limit $ALL --share 0.2 \
-        --small-records "$OUT/$task-train-small/records.jsonl" "${MODELS[@]}" \
-        --out "$OUT/query-$task"
+    # 2. query router (labels: small's own answers), tau for 20% of calib prompts; share= re-sets it;
+    #    its held-out AUC and log loss vs the prior on calib (small's calib answers as labels).
+    #    Skipped once its checkpoint has those (a checkpoint from before them is trained again)
+    if ! has_stat "$OUT/query-$task/query.pt" calib; then
+        step hybridbench train-query --task $task --train-limit $ALL --calib-limit $ALL \
+            --share 0.2 --small-records "$OUT/$task-train-small/records.jsonl" \
+            --calib-records "$OUT/$task-calib-small/records.jsonl" "${MODELS[@]}" \
+            --out "$OUT/query-$task"
+    fi
     # 3. CITER, label-free (small vs large agreement along small's answers), two rounds
     step hybridbench train-citer --task $task --mode label_free --train-limit $ALL \
         --calib-limit $ALL \

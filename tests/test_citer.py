@@ -346,6 +346,15 @@ def test_train_citer_cli_end_to_end(tmp_path):
     assert ckpt["round"] == 2 and len(ckpt["train_ids"]) == 3 and 0 < ckpt["threshold"] < 1
     (cost,) = [json.loads(x) for x in (out / "cost.jsonl").read_text().splitlines()]
     assert cost["status"] == "done" and cost["tokens_generated"] > 0 and cost["wall_s"] > 0
+    # a checkpoint saved before stats had val_auc gets it on the next run, from the same
+    # validation rows (a seeded split) and its own MLP: the figure training computed
+    r1 = torch.load(out / "citer_r1.pt", weights_only=True)
+    want = r1["stats"].pop("val_auc")
+    torch.save(r1, out / "citer_r1.pt")
+    assert main(args + models) == 0
+    after = torch.load(out / "citer_r1.pt", weights_only=True)
+    assert after["stats"]["val_auc"] == pytest.approx(want, nan_ok=True)
+    assert all(torch.equal(after["state_dict"][k], v) for k, v in r1["state_dict"].items())
     run = ["run", "--task", "gsm8k", "--router", "citer", "--router-arg", f"path={out}/citer.pt"]
     run += ["--limit", "1", "--max-new-tokens", "4", *models]
     assert main([*run, "--split", "train", "--out", str(tmp_path / "r1")]) == 2

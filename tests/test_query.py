@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -36,6 +38,20 @@ def test_logistic_regression_learns_and_cross_validates():
     with torch.no_grad():
         acc = float(((clf(x) > 0).float() == y).float().mean())
     assert acc > 0.9 and stats["cv_log_loss"] < stats["prior_log_loss"]
+    assert stats["cv_auc"] > 0.9  # out-of-fold scores rank the classes apart
+
+
+def test_auc_counts_pairs_ranked_right_ties_half():
+    from harness.training.common import auc
+
+    g = torch.Generator().manual_seed(1)
+    s = torch.randint(0, 6, (200,), generator=g).float()  # many ties
+    y = (torch.rand(200, generator=g) < 0.3 + 0.08 * s).float()
+    pos, neg = s[y == 1], s[y == 0]
+    pairs = (pos[:, None] > neg[None, :]).double() + 0.5 * (pos[:, None] == neg[None, :]).double()
+    assert auc(s, y) == pytest.approx(float(pairs.mean()), abs=1e-12)
+    assert auc([1.0, 2.0, 3.0], [0, 0, 1]) == 1.0 and auc([3.0, 1.0], [0, 1]) == 0.0
+    assert auc([1.0, 1.0], [0, 1]) == 0.5 and math.isnan(auc([1.0, 2.0], [1, 1]))
 
 
 def save_query(path, bias: float, hidden=48, calib=(0.1, 0.2, 0.3, 0.4, 0.5), share=0.4):
@@ -123,6 +139,21 @@ def test_train_query_cli_end_to_end(tmp_path):
     ckpt = torch.load(out / "query.pt", weights_only=True)
     scores = torch.tensor(ckpt["calib_scores"])
     assert len(scores) == 4 and int((scores < ckpt["threshold"]).sum()) == 2
+    assert "cv_auc" in ckpt["stats"] and "calib" not in ckpt["stats"]
+    # labels from small-only runs' records, train and calib: the held-out figures on calib
+    recs = {}
+    for split in ("train", "calib"):
+        recs[split] = tmp_path / f"{split}-small"
+        r = ["run", "--task", "gsm8k", "--router", "small", "--split", split, "--limit", "6"]
+        assert main([*r, "--max-new-tokens", "4", "--out", str(recs[split]), *models]) == 0
+    with_calib = ["--small-records", f"{recs['train']}/records.jsonl"]
+    with_calib += ["--calib-records", f"{recs['calib']}/records.jsonl"]
+    assert main([*args, *with_calib, "--out", str(tmp_path / "q2"), *models]) == 0
+    held = torch.load(tmp_path / "q2" / "query.pt", weights_only=True)["stats"]["calib"]
+    assert held["n"] == 4 and set(held) >= {"auc", "log_loss", "prior_log_loss", "small_correct"}
+    bad = ["--small-records", f"{recs['train']}/records.jsonl"]
+    bad += ["--calib-records", f"{recs['train']}/records.jsonl"]  # train's records: no calib ids
+    assert main([*args, *bad, "--out", str(tmp_path / "q3"), *models]) == 2
     run = ["run", "--task", "gsm8k", "--router", "query", "--router-arg", f"path={out}/query.pt"]
     run += ["--limit", "2", "--max-new-tokens", "3", *models]
     assert main([*run, "--split", "calib", "--out", str(tmp_path / "r1")]) == 2

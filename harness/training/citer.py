@@ -138,6 +138,7 @@ def fit_router(data, fit: FitConfig, calib_hidden, share: float, out: Path, roun
 
     path = out / f"citer_r{round_}.pt"
     if path.exists():
+        _add_val_auc(path, data, fit)
         return path
     known = data["label"] >= 0
     x = data["hidden"][known].float()
@@ -177,10 +178,7 @@ def train_mlp(x, y, groups, fit: FitConfig, log_path=None, tag=None, progress=Tr
     from routers.citer import CiterMLP
 
     g = torch.Generator().manual_seed(fit.seed)
-    ex = torch.unique(groups)
-    n_val = max(1, int(round(fit.val_fraction * len(ex))))
-    val_ex = ex[torch.randperm(len(ex), generator=g)[:n_val]]
-    is_val = torch.isin(groups, val_ex)
+    is_val = _validation_rows(groups, fit, g)
     xt, yt, xv, yv = x[~is_val], y[~is_val], x[is_val], y[is_val]
     torch.manual_seed(fit.seed)
     mlp = CiterMLP(x.shape[1])
@@ -224,8 +222,42 @@ def train_mlp(x, y, groups, fit: FitConfig, log_path=None, tag=None, progress=Tr
         "val_loss": best,
         "val_acc": acc,
         "val_majority_acc": float(max(yv.mean(), 1 - yv.mean())),
+        "val_auc": _auc(mlp, xv, yv),
     }
     return mlp.eval(), stats
+
+
+def _validation_rows(groups: torch.Tensor, fit: FitConfig, g: torch.Generator) -> torch.Tensor:
+    """Rows of the held-out examples (a `fit.val_fraction` of them, seeded): early stopping and
+    the validation figures use them, training does not."""
+    ex = torch.unique(groups)
+    n_val = max(1, int(round(fit.val_fraction * len(ex))))
+    return torch.isin(groups, ex[torch.randperm(len(ex), generator=g)[:n_val]])
+
+
+@torch.no_grad()
+def _auc(mlp, x, y) -> float:
+    """AUC of the MLP's P(small suffices) against the labels (0.5: no better than a constant)."""
+    from harness.training.common import auc
+
+    return auc(torch.sigmoid(mlp.eval()(x)), y)
+
+
+def _add_val_auc(path: Path, data, fit: FitConfig) -> None:
+    """A checkpoint saved before its stats had `val_auc`: the same validation rows (the split is
+    seeded) scored by its MLP, written back into it."""
+    from routers.citer import CiterMLP
+
+    ckpt = torch.load(path, weights_only=True)
+    if "val_auc" in ckpt.get("stats", {}):
+        return
+    known = data["label"] >= 0
+    x, y = data["hidden"][known].float(), data["label"][known].float()
+    is_val = _validation_rows(data["example"][known], fit, torch.Generator().manual_seed(fit.seed))
+    mlp = CiterMLP(x.shape[1])
+    mlp.load_state_dict(ckpt["state_dict"])
+    ckpt["stats"]["val_auc"] = _auc(mlp, x[is_val], y[is_val])
+    torch.save(ckpt, path)
 
 
 @torch.no_grad()

@@ -81,3 +81,21 @@ def provenance(engine, task, split_seed: int, train, calib) -> dict:
         "models": {r: b.info.source for r, b in engine.backends.items()},
         "small_backend": backend_family(engine.backends["small"].info),
     }
+
+
+def auc(scores, labels) -> float:
+    """Area under the ROC curve: the chance that a random positive (label 1) scores above a
+    random negative, ties counted half (Mann-Whitney); nan without both classes."""
+    import torch
+
+    s = torch.as_tensor(scores, dtype=torch.float64).flatten()
+    y = torch.as_tensor(labels).flatten() > 0.5
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = s.argsort()
+    _, inverse, counts = torch.unique_consecutive(s[order], return_inverse=True, return_counts=True)
+    mid_rank = counts.cumsum(0).double() - (counts.double() - 1) / 2  # 1-based, ties averaged
+    ranks = torch.empty_like(s)
+    ranks[order] = mid_rank[inverse]
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))

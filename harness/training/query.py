@@ -25,7 +25,7 @@ import torch
 from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
-from harness.training.common import provenance, train_calib
+from harness.training.common import auc, provenance, train_calib
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
@@ -39,6 +39,11 @@ def configure_train_query(p) -> None:
     p.add_argument("--calib-limit", type=int, default=10)
     p.add_argument("--share", type=float, default=0.3, help="target share of prompts to large")
     p.add_argument("--small-records", default=None, help="small-only records over train")
+    p.add_argument(
+        "--calib-records",
+        default=None,
+        help="small-only records over calib: the router's held-out AUC and log loss vs the prior",
+    )
     p.add_argument("--max-new-tokens", type=int, default=None, help="decode budget (no records)")
     p.add_argument("--seed", type=int, default=0)
     options.add_model_args(p)
@@ -65,6 +70,10 @@ def run_train_query(args) -> int:
     with torch.no_grad():
         calib_scores = torch.sigmoid(clf(x_calib))
     tau = calibrated_threshold(calib_scores, args.share)
+    if args.calib_records:  # calib is held out from training: the router's AUC there
+        held = _labels_from_records(args.calib_records, calib, task)
+        y_calib = torch.tensor([held[ex.id] for ex in calib], dtype=torch.float32)
+        stats["calib"] = heldout_stats(calib_scores, y_calib, y)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = {
@@ -112,25 +121,42 @@ def fit_logistic(x: torch.Tensor, y: torch.Tensor, seed: int = 0, folds: int = 5
     order = torch.randperm(len(x), generator=g)
     fold_of = torch.empty(len(x), dtype=torch.long)
     fold_of[order] = torch.arange(len(x)) % folds
-    cv = {}
+    cv, oof = {}, {}  # per penalty: mean validation log loss, out-of-fold scores
     for lam in L2_GRID:
-        losses = []
+        losses, oof[lam] = [], torch.zeros(len(x))
         for f in range(folds):
             tr, va = fold_of != f, fold_of == f
             clf = _fit(x[tr], y[tr], lam)
             with torch.no_grad():
-                losses.append(
-                    torch.nn.functional.binary_cross_entropy_with_logits(clf(x[va]), y[va])
-                )
+                logits = clf(x[va])
+                losses.append(torch.nn.functional.binary_cross_entropy_with_logits(logits, y[va]))
+                oof[lam][va] = torch.sigmoid(logits)
         cv[lam] = float(torch.stack(losses).mean())
     best = min(cv, key=cv.get)
     clf = _fit(x, y, best)
-    base = float(y.mean().clamp(1e-6, 1 - 1e-6))
-    prior_loss = -(
-        base * torch.log(torch.tensor(base)) + (1 - base) * torch.log1p(torch.tensor(-base))
-    )
-    stats = {"l2": best, "cv_log_loss": cv[best], "prior_log_loss": float(prior_loss)}
+    stats = {"l2": best, "cv_log_loss": cv[best], "prior_log_loss": prior_log_loss(y, y)}
+    stats["cv_auc"] = auc(oof[best], y)  # the prior (one score for all) has AUC 0.5
     return clf.eval(), stats
+
+
+def prior_log_loss(y_fit: torch.Tensor, y: torch.Tensor) -> float:
+    """Log loss on `y` of the constant prediction P = mean(y_fit) (the prior)."""
+    base = float(y_fit.float().mean().clamp(1e-6, 1 - 1e-6))
+    p = torch.full_like(y.float(), base)
+    return float(torch.nn.functional.binary_cross_entropy(p, y.float()))
+
+
+def heldout_stats(scores: torch.Tensor, y: torch.Tensor, y_train: torch.Tensor) -> dict:
+    """The router's P(small correct) on held-out prompts against their labels, beside the
+    prior's (train's base rate): log loss both ways and AUC (the prior's is 0.5)."""
+    loss = torch.nn.functional.binary_cross_entropy(scores.float().clamp(1e-6, 1 - 1e-6), y)
+    return {
+        "n": len(y),
+        "small_correct": float(y.mean()),
+        "log_loss": float(loss),
+        "prior_log_loss": prior_log_loss(y_train, y),
+        "auc": auc(scores, y),
+    }
 
 
 def _fit(x, y, lam: float):
@@ -158,7 +184,7 @@ def _labels_from_records(path, train, task) -> dict:
     recs = load_records(Path(path))
     missing = [ex.id for ex in train if ex.id not in recs]
     if missing:
-        raise UserError(f"{path} lacks {len(missing)} train examples, e.g. {missing[0]}")
+        raise UserError(f"{path} lacks {len(missing)} of the examples, e.g. {missing[0]}")
     return {ex.id: float(recs[ex.id]["scores"][task.metric]) >= 1.0 for ex in train}
 
 
