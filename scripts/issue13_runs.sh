@@ -48,8 +48,9 @@ for task in gsm8k mbpp; do
             --out "$OUT/query-$task"
     fi
     # 3. CITER, label-free (small vs large agreement along small's answers), two rounds
-    step hybridbench train-citer --task $task --mode label_free --train-limit $ALL \
-        --calib-limit $ALL \
+    #    (skipped once its final checkpoint has its validation AUC, as for the query router)
+    has_stat "$OUT/citer-lf-$task/citer.pt" val_auc || step hybridbench train-citer \
+        --task $task --mode label_free --train-limit $ALL --calib-limit $ALL \
         --trajectories "$OUT/$task-train-small/records.jsonl,$OUT/$task-calib-small/records.jsonl" \
         --target-share 0.2 "${MODELS[@]}" --out "$OUT/citer-lf-$task"
 done
@@ -59,7 +60,8 @@ for task in gsm8k mbpp; do
     #    themselves the longest had 707 (docs/issue11-results.md), and a rollout starts part-way
     #    through an answer; only repetition loops, wrong anyway, run longer.
     cap=0; [ $task = gsm8k ] && cap=768
-    step hybridbench train-citer --task $task --mode reference --train-limit $ALL \
+    has_stat "$OUT/citer-ref-$task/citer.pt" val_auc || step hybridbench train-citer \
+        --task $task --mode reference --train-limit $ALL \
         --calib-limit $ALL --target-share 0.2 --rollout-tokens $cap "${MODELS[@]}" \
         --out "$OUT/citer-ref-$task"
 done

@@ -20,6 +20,7 @@ trajectories, so that share of calib tokens would be deferred. Evaluate on `test
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
 import sys
@@ -102,7 +103,9 @@ def run_train_citer(args) -> int:
         seed=args.seed,
     )
     fit = FitConfig(args.epochs, args.lr, args.batch_size, args.patience, seed=args.seed)
-    calib_hidden = _calib_hidden(engine, task, calib, cfg, trajectories)
+    # small's hidden states along calib (minutes): made only when a round is trained, not when
+    # a rerun finds its checkpoints
+    calib_hidden = functools.cache(lambda: _calib_hidden(engine, task, calib, cfg, trajectories))
     common = {**provenance(engine, task, args.split_seed, train, calib), "mode": args.mode}
 
     data = build_labels(
@@ -132,8 +135,9 @@ def run_train_citer(args) -> int:
 
 
 def fit_router(data, fit: FitConfig, calib_hidden, share: float, out: Path, round_: int, common):
-    """Train the MLP on the labelled rows, calibrate tau, save `citer_r{round}.pt`; resumable:
-    an existing checkpoint of this round is kept."""
+    """Train the MLP on the labelled rows, calibrate tau on `calib_hidden()` (a callable: the
+    calib states are made only when needed), save `citer_r{round}.pt`; resumable: an existing
+    checkpoint of this round is kept."""
     from routers.calibration import calibrated_threshold
 
     path = out / f"citer_r{round_}.pt"
@@ -148,7 +152,7 @@ def fit_router(data, fit: FitConfig, calib_hidden, share: float, out: Path, roun
         raise UserError(f"round {round_} labels are all {int(y[0])}: nothing to learn")
     log = out / "train_log.jsonl"
     mlp, stats = train_mlp(x, y, groups, fit, log_path=log, tag={"round": round_})
-    scores = torch.sigmoid(mlp.eval()(calib_hidden)).detach()
+    scores = torch.sigmoid(mlp.eval()(calib_hidden())).detach()
     tau = calibrated_threshold(scores, share)
     torch.save(
         {
@@ -271,6 +275,8 @@ def _calib_hidden(engine, task, calib, cfg, trajectories) -> torch.Tensor:
     """Small's hidden states along the calib trajectories of this mode (reference answers, or
     small's own answers: from `trajectories` where given, the others decoded here together),
     the same states the router sees when small writes the answer."""
+    from tqdm import tqdm
+
     from harness.training.labels import reference_text, teacher_force
 
     if cfg.mode == "reference":
@@ -283,7 +289,7 @@ def _calib_hidden(engine, task, calib, cfg, trajectories) -> torch.Tensor:
         missing = [ex for ex in calib if ex.id not in trajs]
         trajs |= _decode(engine, None, task, missing, cfg.max_new_tokens) if missing else {}
     hs = []
-    for ex in calib:
+    for ex in tqdm(calib, desc="calib hidden states", unit="example", file=sys.stderr):
         if trajs[ex.id]:
             prompt = engine.encode(ex.messages)
             cols = teacher_force(engine.backends, prompt, trajs[ex.id], 1, cfg.chunk, ("small",))
