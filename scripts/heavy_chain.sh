@@ -5,7 +5,7 @@
 #   bash scripts/start_chain.sh                    # (installs, then runs this in the background)
 #   nohup bash scripts/heavy_chain.sh >> /work/logs/heavy-chain.log 2>&1 &   # the same, by hand
 #   python scripts/chain_status.py                 # what is done, what remains
-#   bash scripts/keep_results.sh                   # stage results/ for a commit (before stopping)
+#   bash scripts/stop_chain.sh                     # before the session stops: stop, stage results/
 #
 # Everything it writes goes under results/ (tracked, see results/README.md): a session's machine
 # does not outlive it, so the chain resumes on a fresh checkout from what was committed.

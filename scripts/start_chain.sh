@@ -7,7 +7,7 @@
 #
 #   bash scripts/start_chain.sh [WORKTREE]      # default ../run-tree; log: ../logs/heavy-chain.log
 #   python scripts/chain_status.py              # progress
-#   bash scripts/keep_results.sh && git commit  # before the session stops
+#   bash scripts/stop_chain.sh && git commit    # before the session stops
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
