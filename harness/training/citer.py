@@ -277,7 +277,7 @@ def _calib_hidden(engine, task, calib, cfg, trajectories) -> torch.Tensor:
     the same states the router sees when small writes the answer."""
     from tqdm import tqdm
 
-    from harness.training.labels import reference_text, teacher_force
+    from harness.training.labels import reference_text, small_hidden
 
     if cfg.mode == "reference":
         trajs = {
@@ -291,9 +291,7 @@ def _calib_hidden(engine, task, calib, cfg, trajectories) -> torch.Tensor:
     hs = []
     for ex in tqdm(calib, desc="calib hidden states", unit="example", file=sys.stderr):
         if trajs[ex.id]:
-            prompt = engine.encode(ex.messages)
-            cols = teacher_force(engine.backends, prompt, trajs[ex.id], 1, cfg.chunk, ("small",))
-            hs.append(cols["hidden"].float())
+            hs.append(small_hidden(engine, ex, trajs[ex.id], cfg.chunk).float())
     if not hs:
         raise UserError("the calib examples gave no tokens to calibrate on")
     return torch.cat(hs)

@@ -493,10 +493,8 @@ def _features(model, records, key: dict, path: Path) -> tuple[Pairs, int]:
     folder.mkdir(parents=True, exist_ok=True)
     blocks, ties = [], 0
     for start in range(0, len(records), FEATURE_BLOCK):
-        part, ids = (
-            folder / f"{start:05d}.pt",
-            [r["id"] for r in records[start : start + FEATURE_BLOCK]],
-        )
+        part = folder / f"{start:05d}.pt"
+        ids = [r["id"] for r in records[start : start + FEATURE_BLOCK]]
         saved = torch.load(part, weights_only=True) if part.exists() else None
         if saved is None or saved["key"] != key or saved["ids"] != ids:
             block, n_ties = pair_features(model, records[start : start + FEATURE_BLOCK])
