@@ -405,9 +405,8 @@ def build_labels(
     if not todo and data is None:
         raise UserError("no examples to label")
     group = group or max(8, 4 * engine.batch)
-    bar = _bar(len(examples), f"labels {cfg.mode} r{round_}", progress)
-    if bar is not None:  # a resumed file: the bar starts at what it holds
-        bar.update(len(examples) - len(todo))
+    # a resumed file: the bar starts at what it holds
+    bar = _bar(len(examples), f"labels {cfg.mode} r{round_}", progress, len(examples) - len(todo))
     for start in range(0, len(todo), group):
         planned, rollouts = [], []
         for i, ex in todo[start : start + group]:
@@ -500,12 +499,12 @@ def _model_sources(engine) -> dict:
     }
 
 
-def _bar(total: int, desc: str, progress: bool):
-    """A tqdm bar over `total` items on stderr, or None without progress."""
+def _bar(total: int, desc: str, progress: bool, initial: int = 0):
+    """A tqdm bar over `total` items on stderr, `initial` of them done, or None without progress."""
     if not progress:
         return None
     import sys
 
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, file=sys.stderr)
+    return tqdm(total=total, initial=initial, desc=desc, file=sys.stderr)
