@@ -344,6 +344,9 @@ def test_train_citer_cli_end_to_end(tmp_path):
         assert (out / f).exists(), f
     ckpt = torch.load(out / "citer.pt", weights_only=True)
     assert ckpt["round"] == 2 and len(ckpt["train_ids"]) == 3 and 0 < ckpt["threshold"] < 1
+    # round 2's trajectories, decoded with round 1's router, each with its large-token count
+    traj = [json.loads(x) for x in (out / "trajectories_r2.jsonl").read_text().splitlines()]
+    assert len(traj) == 3 and all(0 <= t["large"] <= len(t["token_ids"]) for t in traj)
     (cost,) = [json.loads(x) for x in (out / "cost.jsonl").read_text().splitlines()]
     assert cost["status"] == "done" and cost["tokens_generated"] > 0 and cost["wall_s"] > 0
     # a checkpoint saved before stats had val_auc gets it on the next run, from the same

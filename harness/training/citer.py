@@ -324,7 +324,9 @@ def _decode(engine, router, task, examples, max_new_tokens, cache: Path | None =
         for j, g in engine.generate_each(router, jobs, f"decode with {router.name}"):
             out[j.key] = list(g.token_ids)
             if f is not None:
-                f.write(json.dumps({"id": j.key, "token_ids": out[j.key]}) + "\n")
+                # "large": how many of them the router gave to large (its share on train)
+                row = {"id": j.key, "token_ids": out[j.key], "large": sum(g.provenance)}
+                f.write(json.dumps(row) + "\n")
                 f.flush()
     return {ex.id: out[ex.id] for ex in examples}
 
