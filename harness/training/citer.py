@@ -144,10 +144,7 @@ def fit_router(data, fit: FitConfig, calib_hidden, share: float, out: Path, roun
     if path.exists():
         _add_val_auc(path, data, fit)
         return path
-    known = data["label"] >= 0
-    x = data["hidden"][known].float()
-    y = data["label"][known].float()
-    groups = data["example"][known]
+    x, y, groups = _labelled_rows(data)
     if len(torch.unique(y)) < 2:
         raise UserError(f"round {round_} labels are all {int(y[0])}: nothing to learn")
     log = out / "train_log.jsonl"
@@ -231,6 +228,12 @@ def train_mlp(x, y, groups, fit: FitConfig, log_path=None, tag=None, progress=Tr
     return mlp.eval(), stats
 
 
+def _labelled_rows(data) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(small's hidden states, labels, example index) of the rows a label decided."""
+    known = data["label"] >= 0
+    return data["hidden"][known].float(), data["label"][known].float(), data["example"][known]
+
+
 def _validation_rows(groups: torch.Tensor, fit: FitConfig, g: torch.Generator) -> torch.Tensor:
     """Rows of the held-out examples (a `fit.val_fraction` of them, seeded): early stopping and
     the validation figures use them, training does not."""
@@ -255,9 +258,8 @@ def _add_val_auc(path: Path, data, fit: FitConfig) -> None:
     ckpt = torch.load(path, weights_only=True)
     if "val_auc" in ckpt.get("stats", {}):
         return
-    known = data["label"] >= 0
-    x, y = data["hidden"][known].float(), data["label"][known].float()
-    is_val = _validation_rows(data["example"][known], fit, torch.Generator().manual_seed(fit.seed))
+    x, y, groups = _labelled_rows(data)
+    is_val = _validation_rows(groups, fit, torch.Generator().manual_seed(fit.seed))
     mlp = CiterMLP(x.shape[1])
     mlp.load_state_dict(ckpt["state_dict"])
     ckpt["stats"]["val_auc"] = _auc(mlp, x[is_val], y[is_val])
