@@ -70,7 +70,8 @@ def main() -> None:
         print(f"large-token share {large / tokens:.3f} over the {counted} answers that record it")
     for name, ids in (("all", list(a)), ("held out from round 1's MLP", [i for i in a if i in held]),
                       ("trained on", [i for i in a if i not in held])):  # fmt: skip
-        print(f"{name}: {paired([a[i] for i in ids], [b[i] for i in ids])}")
+        if ids:
+            print(f"{name}: {paired([a[i] for i in ids], [b[i] for i in ids])}")
 
 
 if __name__ == "__main__":

@@ -66,6 +66,13 @@ def test_issue13_then_issue14_on_the_tiny_pair(tmp_path):
         assert (train / f"citer-ref-{task}" / "citer.pt").is_file()
         assert (train / f"citer-lf-{task}" / "citer.pt").is_file()
         assert (train / f"{task}-calib-small" / "summary.json").is_file()
+    # the early look at label-free round 2's answers reads what the chain left
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "round2_quality.py"), str(train / "citer-lf-gsm8k"),
+         "--small-records", str(train / "gsm8k-train-small" / "records.jsonl")],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "4 round-2 answers" in out and "all: n = 4: round 2 0.000, small 0.000" in out, out
 
     edition = tmp_path / "edition2"
     common = {**env, "OUT": str(edition)}
