@@ -5,8 +5,9 @@
         --citer results/train13/citer-lf-gsm8k
 
 query: its calib scores against small's calib answers, prompts resampled. citer: the round-1
-MLP on its validation rows (the seeded held-out train examples `train_mlp` used; needs the label
-file's hidden states), examples resampled with all their positions.
+MLP of each round (`--rounds 1,2`) on its validation rows (the seeded held-out train examples
+`train_mlp` used; needs the label file's hidden states), examples resampled with all their
+positions.
 """
 
 from __future__ import annotations
@@ -41,14 +42,14 @@ def query_auc(folder: Path, records: Path, reps: int) -> str:
     )
 
 
-def citer_auc(folder: Path, reps: int) -> str:
+def citer_auc(folder: Path, reps: int, round_: int = 1) -> str:
     from harness.training.citer import FitConfig, _labelled_rows, _validation_rows
     from harness.training.labels import TokenLabels
     from routers.citer import CiterMLP
 
-    ck = torch.load(folder / "citer_r1.pt", weights_only=True)
+    ck = torch.load(folder / f"citer_r{round_}.pt", weights_only=True)
     fit = FitConfig(**ck["fit"])
-    x, y, groups = _labelled_rows(TokenLabels.load(folder / "labels_r1.safetensors"))
+    x, y, groups = _labelled_rows(TokenLabels.load(folder / f"labels_r{round_}.safetensors"))
     val = _validation_rows(groups, fit, torch.Generator().manual_seed(fit.seed))
     mlp = CiterMLP(x.shape[1])
     mlp.load_state_dict(ck["state_dict"])
@@ -62,7 +63,7 @@ def citer_auc(folder: Path, reps: int) -> str:
         return auc(s[r], y[r])
 
     lo, hi = bootstrap(resampled, len(rows), reps)
-    return (f"citer {folder.name} round 1: validation AUC {auc(s, y):.3f} [{lo:.3f}, {hi:.3f}], "
+    return (f"citer {folder.name} round {round_}: validation AUC {auc(s, y):.3f} [{lo:.3f}, {hi:.3f}], "
             f"n = {len(rows)} held-out examples ({len(y)} positions); "
             f"stored {ck['stats'].get('val_auc', float('nan')):.3f}")  # fmt: skip
 
@@ -72,12 +73,14 @@ def main() -> None:
     p.add_argument("--query", type=Path)
     p.add_argument("--calib-records", type=Path)
     p.add_argument("--citer", type=Path)
+    p.add_argument("--rounds", default="1", help="CITER rounds to report, comma-separated")
     p.add_argument("--reps", type=int, default=1000)
     a = p.parse_args()
     if a.query:
         print(query_auc(a.query, a.calib_records, a.reps))
     if a.citer:
-        print(citer_auc(a.citer, a.reps))
+        for r in a.rounds.split(","):
+            print(citer_auc(a.citer, a.reps, int(r)))
 
 
 if __name__ == "__main__":
