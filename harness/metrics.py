@@ -145,8 +145,11 @@ def quality(records: Sequence[dict], metric: str) -> float:
 def quality_ci(
     records: Sequence[dict], metric: str, n_boot: int = 1000, seed: int = 0
 ) -> tuple[float, float]:
-    """95% percentile bootstrap CI (`bootstrap_ci`) of `quality` over the non-failed records."""
-    return bootstrap_ci([example_score(r, metric) for r in ok_records(records)], n_boot, seed=seed)
+    """95% percentile bootstrap CI (`bootstrap_ci`) of `quality` over the non-failed records,
+    taken in example-id order so that it does not depend on the order the records come in (a
+    batched run writes them as they finish)."""
+    ok = sorted(ok_records(records), key=lambda r: str(r.get("example_id", "")))
+    return bootstrap_ci([example_score(r, metric) for r in ok], n_boot, seed=seed)
 
 
 # ---------------------------------------------------------------- large-model shares

@@ -193,6 +193,19 @@ def test_bootstrap_ci():
     assert hi == pytest.approx(x.mean() + half, abs=0.01)
 
 
+def test_quality_ci_does_not_depend_on_record_order(monkeypatch):
+    # a batched run writes records as they finish; summary.json, the report and the scripts
+    # read them in different orders and must print the same interval (on mbpp calib, n = 40,
+    # file order gave [0.175, 0.475] and id order [0.200, 0.475] before the sort)
+    seen = []
+    monkeypatch.setattr(metrics, "bootstrap_ci", lambda v, *a, **k: seen.append(list(v)) or (0, 1))
+    ids = ["t/3", "t/10", "t/1", "t/2"]  # "t/1" < "t/10" < "t/2" < "t/3" as strings
+    recs = [record([0], [], [], float(k), [], 0.0, ex=i) for k, i in enumerate(ids)]
+    metrics.quality_ci(recs, "em")
+    metrics.quality_ci(recs[::-1], "em")
+    assert seen == [[2.0, 1.0, 3.0, 0.0]] * 2
+
+
 # ---------------------------------------------------------------- frontier
 
 Q_S, Q_L = 0.5, 0.9  # PGR = (q - 0.5) / 0.4
