@@ -146,10 +146,15 @@ def quality_ci(
     records: Sequence[dict], metric: str, n_boot: int = 1000, seed: int = 0
 ) -> tuple[float, float]:
     """95% percentile bootstrap CI (`bootstrap_ci`) of `quality` over the non-failed records,
-    taken in example-id order so that it does not depend on the order the records come in (a
-    batched run writes them as they finish)."""
-    ok = sorted(ok_records(records), key=lambda r: str(r.get("example_id", "")))
-    return bootstrap_ci([example_score(r, metric) for r in ok], n_boot, seed=seed)
+    in example-id order (`_by_id`)."""
+    return bootstrap_ci([example_score(r, metric) for r in _by_id(records)], n_boot, seed=seed)
+
+
+def _by_id(records: Sequence[dict]) -> list[dict]:
+    """The non-failed records in example-id order: what a bootstrap over examples resamples, so
+    that its interval does not depend on the order the records come in (a batched run writes
+    them as they finish; summary.json, the report and scripts read them in different orders)."""
+    return sorted(ok_records(records), key=lambda r: str(r.get("example_id", "")))
 
 
 # ---------------------------------------------------------------- large-model shares
@@ -159,10 +164,10 @@ def paired_difference(
     a: Sequence[dict], b: Sequence[dict], metric: str, n_boot: int = 1000, seed: int = 0
 ) -> dict[str, float]:
     """Mean of score(a) - score(b) over the examples both ran without failing, with its 95%
-    percentile bootstrap CI (`bootstrap_ci`, resampling examples: the difference is paired).
-    Example: a scores [1, 1, 0], b scores [0, 1, 0] on the same ids -> diff 0.333."""
+    percentile bootstrap CI (`bootstrap_ci`, resampling examples in id order: the difference is
+    paired). Example: a scores [1, 1, 0], b scores [0, 1, 0] on the same ids -> diff 0.333."""
     b_by_id = {r["example_id"]: r for r in ok_records(b)}
-    pairs = [(r, b_by_id[r["example_id"]]) for r in ok_records(a) if r["example_id"] in b_by_id]
+    pairs = [(r, b_by_id[r["example_id"]]) for r in _by_id(a) if r["example_id"] in b_by_id]
     diffs = [example_score(x, metric) - example_score(y, metric) for x, y in pairs]
     lo, hi = bootstrap_ci(diffs, n_boot=n_boot, seed=seed)
     return {"n": len(diffs), "diff": _mean(diffs), "ci_low": lo, "ci_high": hi}

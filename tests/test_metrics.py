@@ -193,7 +193,7 @@ def test_bootstrap_ci():
     assert hi == pytest.approx(x.mean() + half, abs=0.01)
 
 
-def test_quality_ci_does_not_depend_on_record_order(monkeypatch):
+def test_bootstraps_do_not_depend_on_record_order(monkeypatch):
     # a batched run writes records as they finish; summary.json, the report and the scripts
     # read them in different orders and must print the same interval (on mbpp calib, n = 40,
     # file order gave [0.175, 0.475] and id order [0.200, 0.475] before the sort)
@@ -203,6 +203,12 @@ def test_quality_ci_does_not_depend_on_record_order(monkeypatch):
     recs = [record([0], [], [], float(k), [], 0.0, ex=i) for k, i in enumerate(ids)]
     metrics.quality_ci(recs, "em")
     metrics.quality_ci(recs[::-1], "em")
+    assert seen == [[2.0, 1.0, 3.0, 0.0]] * 2
+    # the paired difference resamples its pairs in the same order
+    zeros = [record([0], [], [], 0.0, [], 0.0, ex=i) for i in ids]
+    seen.clear()
+    metrics.paired_difference(recs, zeros, "em")
+    metrics.paired_difference(recs[::-1], zeros, "em")
     assert seen == [[2.0, 1.0, 3.0, 0.0]] * 2
 
 
