@@ -50,7 +50,7 @@ def citer_auc(folder: Path, reps: int, round_: int = 1) -> str:
     ck = torch.load(folder / f"citer_r{round_}.pt", weights_only=True)
     fit = FitConfig(**ck["fit"])
     x, y, groups = _labelled_rows(TokenLabels.load(folder / f"labels_r{round_}.safetensors"))
-    val = _validation_rows(groups, fit, torch.Generator().manual_seed(fit.seed))
+    val = _validation_rows(groups, fit)
     mlp = CiterMLP(x.shape[1])
     mlp.load_state_dict(ck["state_dict"])
     with torch.no_grad():

@@ -5,7 +5,8 @@
 
 Round 2 decodes every train example with the round-1 router in the loop (`trajectories_r2.jsonl`,
 greedy, the task's budget). This scores those answers with the task's own scorer and sets them
-beside small's greedy answers to the same prompts, paired (95% bootstrap over examples):
+beside small's greedy answers to the same prompts, paired (`metrics.paired_difference`: 95%
+bootstrap over examples):
 overall, and apart on the examples the round-1 MLP never trained on (its seeded validation
 examples, the same rows as `scripts/auc_intervals.py`) and on those it did. Train examples are
 not test examples and there is no random control here: this says whether the router helps at
@@ -23,16 +24,6 @@ import torch
 from harness.core import _cut
 
 
-def paired(a: list[float], b: list[float], reps: int = 2000) -> str:
-    d = torch.tensor(a) - torch.tensor(b)
-    g = torch.Generator().manual_seed(0)
-    boot = torch.stack([d[torch.randint(0, len(d), (len(d),), generator=g)].mean()
-                        for _ in range(reps)])  # fmt: skip
-    lo, hi = boot.quantile(0.025).item(), boot.quantile(0.975).item()
-    return (f"n = {len(d)}: round 2 {sum(a) / len(a):.3f}, small {sum(b) / len(b):.3f}, "
-            f"difference {d.mean().item():+.3f} [{lo:+.3f}, {hi:+.3f}]")  # fmt: skip
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("folder", type=Path, help="a train-citer --mode label_free output folder")
@@ -40,6 +31,7 @@ def main() -> None:
                    help="small's run over the same train examples (records.jsonl)")  # fmt: skip
     args = p.parse_args()
 
+    from harness.metrics import paired_difference, quality
     from harness.models import gguf_file, gguf_tokenizer
     from harness.runner import load_records
     from harness.training.citer import FitConfig, _labelled_rows, _validation_rows
@@ -52,26 +44,28 @@ def main() -> None:
     small = load_records(args.small_records)
     examples = {e.id: e for e in task.split("train", ck["split_seed"])}
     rows = [json.loads(x) for x in (args.folder / "trajectories_r2.jsonl").read_text().splitlines()]
-    a, b, tokens, large, counted = {}, {}, 0, 0, 0
+    hybrid, tokens, large, counted = [], 0, 0, 0
     for r in rows:
         text = _cut(tok.decode(r["token_ids"], skip_special_tokens=True), tuple(task.stop))
-        a[r["id"]] = float(task.score(examples[r["id"]], text)[task.metric] >= 1.0)
-        b[r["id"]] = float(small[r["id"]]["scores"][task.metric] >= 1.0)
+        hybrid.append({"example_id": r["id"], "scores": task.score(examples[r["id"]], text)})
         if "large" in r:  # lines written before the field existed lack it
             tokens, large, counted = tokens + len(r["token_ids"]), large + r["large"], counted + 1
 
     data = TokenLabels.load(args.folder / "labels_r1.safetensors")
     _, _, groups = _labelled_rows(data)
-    fit = FitConfig(**ck["fit"])
-    val = _validation_rows(groups, fit, torch.Generator().manual_seed(fit.seed))
+    val = _validation_rows(groups, FitConfig(**ck["fit"]))
     held = {data.example_ids[int(e)] for e in torch.unique(groups[val])}
     print(f"{args.folder}: {len(rows)} round-2 answers ({task.name}, train split)")
     if counted:
         print(f"large-token share {large / tokens:.3f} over the {counted} answers that record it")
-    for name, ids in (("all", list(a)), ("held out from round 1's MLP", [i for i in a if i in held]),
-                      ("trained on", [i for i in a if i not in held])):  # fmt: skip
-        if ids:
-            print(f"{name}: {paired([a[i] for i in ids], [b[i] for i in ids])}")
+    for name, keep in (("all", lambda i: True), ("held out from round 1's MLP", held.__contains__),
+                       ("trained on", lambda i: i not in held)):  # fmt: skip
+        mine = [r for r in hybrid if keep(r["example_id"])]
+        if mine:
+            d = paired_difference(mine, list(small.values()), task.metric)
+            print(f"{name}: n = {d['n']}: round 2 {quality(mine, task.metric):.3f}, small "
+                  f"{quality([small[r['example_id']] for r in mine], task.metric):.3f}, "
+                  f"difference {d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -234,9 +234,13 @@ def _labelled_rows(data) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return data["hidden"][known].float(), data["label"][known].float(), data["example"][known]
 
 
-def _validation_rows(groups: torch.Tensor, fit: FitConfig, g: torch.Generator) -> torch.Tensor:
-    """Rows of the held-out examples (a `fit.val_fraction` of them, seeded): early stopping and
-    the validation figures use them, training does not."""
+def _validation_rows(
+    groups: torch.Tensor, fit: FitConfig, g: torch.Generator | None = None
+) -> torch.Tensor:
+    """Rows of the held-out examples (a `fit.val_fraction` of them, seeded by `g`, else by
+    `fit.seed` as training draws them): early stopping and the validation figures use them,
+    training does not."""
+    g = g or torch.Generator().manual_seed(fit.seed)
     ex = torch.unique(groups)
     n_val = max(1, int(round(fit.val_fraction * len(ex))))
     return torch.isin(groups, ex[torch.randperm(len(ex), generator=g)[:n_val]])
@@ -259,7 +263,7 @@ def _add_val_auc(path: Path, data, fit: FitConfig) -> None:
     if "val_auc" in ckpt.get("stats", {}):
         return
     x, y, groups = _labelled_rows(data)
-    is_val = _validation_rows(groups, fit, torch.Generator().manual_seed(fit.seed))
+    is_val = _validation_rows(groups, fit)
     mlp = CiterMLP(x.shape[1])
     mlp.load_state_dict(ckpt["state_dict"])
     ckpt["stats"]["val_auc"] = _auc(mlp, x[is_val], y[is_val])
