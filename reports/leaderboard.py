@@ -29,6 +29,7 @@ from reports.plots import PLOTS, reference
 GB = 1e9
 CONTROLS = {"query": "random_query"}  # the control of each router; the others: `random`
 UNCOMPARED = (*REFERENCES, "random", "random_query")  # rows that are not compared to a control
+ENDS = ("small", "large")  # the controls at shares 0 and 1: the same policies
 MATCH = 0.02  # large-token shares within 2 points count as matched
 GOAL_SHARE = 0.25  # the quality goal: the most of the gap recovered at <= 25% large tokens
 
@@ -50,7 +51,7 @@ DEFINITIONS = (
     "GB moved/example: bytes moved per example, per forward pass the model's weights plus the KV cache "
     "it reads; example-mean.",
     "Paired vs control: each router's run against the run of its control (random; random_query "
-    "for query) whose large-token share is nearest, on the examples both scored: mean difference "
+    "for query; small-only and large-only count as either at shares 0 and 1, being the same policies) whose large-token share is nearest, on the examples both scored: mean difference "
     f"of the primary metric with a 95% paired bootstrap CI; 'matched' when the shares are within "
     f"{MATCH:g}. better / worse: the CI excludes 0; otherwise no difference was detected.",
     "Throughput: emitted tokens (examples) per wall second (hour) on the machine that ran the "
@@ -263,24 +264,25 @@ def paired_table(
     rows = []
     for _, r in df[~df["router"].isin(UNCOMPARED)].iterrows():
         control = CONTROLS.get(r["router"], "random")
-        pool = controls[controls["router"] == control]
-        if not len(pool):
+        # small-only and large-only are every control's end points (random at p = 0 and 1)
+        pool = controls[controls["router"].isin([control, *ENDS])]
+        gap = (pool["large_token_share"] - r["large_token_share"]).abs().fillna(math.inf)
+        c = pool.loc[gap.idxmin()] if len(pool) else None
+        matched = c is not None and gap.min() <= MATCH
+        if c is None or not (matched or (pool["router"] == control).any()):
             rows.append((r["router"], r["setting"] or "—", _num(r["large_token_share"]),
                          f"no {control} run", "—", "—", "—", "—"))  # fmt: skip
             continue
-        gap = (pool["large_token_share"] - r["large_token_share"]).abs()
-        c = pool.loc[gap.fillna(math.inf).idxmin()]
         d = metrics.paired_difference(
             _scores(r["path"], cache), _scores(c["path"], cache), r["metric"]
         )
-        matched = abs(c["large_token_share"] - r["large_token_share"]) <= MATCH
         verdict = "better" if d["ci_low"] > 0 else "worse" if d["ci_high"] < 0 else "no difference"
         rows.append(
             (
                 r["router"],
                 r["setting"] or "—",
                 _num(r["large_token_share"]),
-                f"{control} {c['setting'] or ''}".strip(),
+                f"{c['router']} {c['setting'] or ''}".strip(),
                 _num(c["large_token_share"]) + ("" if matched else " (not matched)"),
                 str(d["n"]),
                 f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["n"] else "—",

@@ -137,7 +137,7 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
     cache: dict = {}
     paired = paired_table(df, cache)
     rows = {(r[0], r[1]): r for r in paired.rows}
-    randoms = df[df["router"] == "random"]
+    randoms = df[df["router"].isin(["random", "small", "large"])]  # small, large: p = 0 and 1
     for _, r in df[df["router"].isin(["reward", "speculative"])].iterrows():
         row = rows[(r["router"], r["setting"] or "—")]
         nearest = randoms.loc[
@@ -146,7 +146,8 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
         d = metrics.paired_difference(
             read_records(r["path"]), read_records(nearest["path"]), r["metric"]
         )
-        assert row[3] == f"random {nearest['setting']}" and row[5] == str(d["n"]) and d["n"] > 0
+        want = f"{nearest['router']} {nearest['setting'] or ''}".strip()
+        assert row[3] == want and row[5] == str(d["n"]) and d["n"] > 0
         assert row[6].startswith(f"{d['diff']:+.3f} [")
         assert row[7] in ("better", "worse", "no difference")
     speed = speed_table(df, df.iloc[:0][["router"]], cache)
@@ -167,6 +168,26 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
     assert row[:2] == ("reward", "threshold=1") and row[3].startswith("random ")
     paired_transfer = md.split("### Transfer: paired vs control at the same share")[1]
     assert "| reward | threshold=1 |" in paired_transfer.split("###")[0]
+
+
+def test_small_only_is_the_control_at_share_zero(results, tmp_path):
+    """Random at p = 0 is small-only's policy: a router that realizes a share within 2 points of
+    0 is paired with the small-only run when no random run is that near; with no random run at
+    all, a router far from both ends has no control."""
+    import shutil
+
+    from reports.leaderboard import paired_table
+
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    for d in copy.glob("random_*"):
+        shutil.rmtree(d)
+    moved = copy / "reward_threshold1" / "summary.json"
+    moved.write_text(json.dumps({**json.loads(moved.read_text()), "large_token_share": 0.01}))
+    rows = {r[:2]: r for r in paired_table(load_runs(copy), {}).rows}
+    near = rows[("reward", "threshold=1")]
+    assert near[3:5] == ("small", "0.000") and near[5] == "12" and near[7] != "—"
+    assert rows[("reward", "threshold=2")][3:] == ("no random run", "—", "—", "—", "—")
 
 
 def test_a_table_with_no_rows_says_so(results, tmp_path):
