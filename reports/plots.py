@@ -19,14 +19,15 @@ GB = 1e9
 BYTE_MODELS = ("small", "reward", "router", "large")
 
 
-def _figure(width: float, height: float, ncols: int = 1):
+def _figure(width: float, height: float, ncols: int = 1, nrows: int = 1):
+    """A figure of nrows x ncols axes, returned row by row in one flat list."""
     import seaborn as sns
     from matplotlib.figure import Figure
 
     with sns.axes_style("whitegrid"):
         fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
-        axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, list(axes)
+        axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, [ax for row in axes for ax in row]
 
 
 def _png(fig) -> bytes:
@@ -99,13 +100,20 @@ def quality_vs_share(df: pd.DataFrame) -> bytes:
     return _png(fig)
 
 
+PANELS_PER_ROW = 4  # small multiples wrap so that a panel stays legible on a laptop screen
+
+
 def _per_router(df: pd.DataFrame, draw, ylabel: str) -> bytes:
     knobbed = _knobbed(df)
-    fig, axes = _figure(max(4.0 * len(knobbed), 6.0), 3.6, ncols=max(len(knobbed), 1))
+    ncols = min(max(len(knobbed), 1), PANELS_PER_ROW)
+    nrows = max(math.ceil(len(knobbed) / ncols), 1)
+    fig, axes = _figure(max(4.0 * ncols, 6.0), 3.4 * nrows, ncols=ncols, nrows=nrows)
     if not knobbed:
         return _empty(fig, axes[0], "no router with a numeric setting")
+    for ax in axes[len(knobbed) :]:
+        ax.set_axis_off()
     colors = _colors([r for r, _ in knobbed])
-    for ax, (router, g) in zip(axes, knobbed, strict=True):
+    for ax, (router, g) in zip(axes, knobbed, strict=False):
         draw(ax, g, colors[router])
         ax.set_title(router)
         ax.set_xlabel(main_knob(json.loads(g["router_args"].iloc[0])))

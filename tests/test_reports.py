@@ -190,6 +190,27 @@ def test_small_only_is_the_control_at_share_zero(results, tmp_path):
     assert rows[("reward", "threshold=2")][3:] == ("no random run", "—", "—", "—", "—")
 
 
+def test_per_router_panels_wrap_four_to_a_row(results):
+    """The small multiples (share and throughput against each router's setting) wrap four to a
+    row, so that a sweep of many routers keeps each panel legible on a laptop screen."""
+    import struct
+
+    import pandas as pd
+
+    from reports.plots import share_vs_setting
+
+    df = load_runs(results)
+    knobbed = df[df["router"].isin(["random", "reward"])]
+    renamed = [knobbed.assign(router=f"{r}{i}") for i in range(3) for r in ("random", "reward")]
+    many = pd.concat([df, *renamed], ignore_index=True)  # 3 + 6 = 9 routers with a setting
+
+    def size(png: bytes) -> tuple[int, int]:
+        return struct.unpack(">II", png[16:24])  # the PNG header's width and height
+
+    assert size(share_vs_setting(df)) == (1200, 340)  # random, reward, speculative: one row
+    assert size(share_vs_setting(many)) == (1600, 3 * 340)  # nine: three rows of four
+
+
 def test_a_table_with_no_rows_says_so(results, tmp_path):
     import shutil
 
