@@ -267,12 +267,12 @@ def paired_table(
         # small-only and large-only are every control's end points (random at p = 0 and 1)
         pool = controls[controls["router"].isin([control, *ENDS])]
         gap = (pool["large_token_share"] - r["large_token_share"]).abs().fillna(math.inf)
-        c = pool.loc[gap.idxmin()] if len(pool) else None
-        matched = c is not None and gap.min() <= MATCH
-        if c is None or not (matched or (pool["router"] == control).any()):
+        matched = bool(len(pool)) and gap.min() <= MATCH
+        if not (matched or (pool["router"] == control).any()):  # an end alone must be matched
             rows.append((r["router"], r["setting"] or "—", _num(r["large_token_share"]),
                          f"no {control} run", "—", "—", "—", "—"))  # fmt: skip
             continue
+        c = pool.loc[gap.idxmin()]
         d = metrics.paired_difference(
             _scores(r["path"], cache), _scores(c["path"], cache), r["metric"]
         )

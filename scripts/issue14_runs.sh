@@ -48,11 +48,12 @@ matched_shares() { # FOLDER: realized shares of token routers that no random run
     # (small-only and large-only are random at p = 0 and 1: the report pairs with them there)
     python - "$1" <<'PY'
 import sys
+from reports.leaderboard import ENDS, MATCH
 from reports.load import load_runs
 df = load_runs(sys.argv[1])
-rand = list(df[df.router.isin(["random", "small", "large"])].large_token_share)
+rand = list(df[df.router.isin(["random", *ENDS])].large_token_share)
 for s in df[df.router.isin(["entropy", "confidence", "reward", "citer"])].large_token_share:
-    if all(abs(s - r) > 0.02 for r in rand):
+    if all(abs(s - r) > MATCH for r in rand):
         rand.append(s)
         print(round(float(s), 3))
 PY
