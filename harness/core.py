@@ -372,7 +372,7 @@ def decode_steps(
     ids = run.tokens[run.n_prompt :]
     if ids and ids[-1] in cfg.eos_ids:
         ids, run.provenance = ids[:-1], run.provenance[: len(ids) - 1]
-    text = _cut(decode(ids), cfg.stop) if decode else ""
+    text = cut_at_stop(decode(ids), cfg.stop) if decode else ""
     return Generation(
         prompt_ids=tuple(prompt_ids),
         token_ids=tuple(ids),
@@ -429,6 +429,7 @@ def _stopped(run: _Run, n_old: int, cfg: DecodeConfig, decode) -> str:
     return ""
 
 
-def _cut(text: str, stop: tuple[str, ...]) -> str:
+def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
+    """`text` up to the first of the `stop` strings it holds (all of it if none)."""
     cuts = [text.find(s) for s in stop if s in text]
     return text[: min(cuts)] if cuts else text

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from harness.core import _cut
+from harness.core import cut_at_stop
 
 
 def main() -> None:
@@ -46,7 +46,7 @@ def main() -> None:
     rows = [json.loads(x) for x in (args.folder / "trajectories_r2.jsonl").read_text().splitlines()]
     hybrid, tokens, large, counted = [], 0, 0, 0
     for r in rows:
-        text = _cut(tok.decode(r["token_ids"], skip_special_tokens=True), tuple(task.stop))
+        text = cut_at_stop(tok.decode(r["token_ids"], skip_special_tokens=True), task.stop)
         hybrid.append({"example_id": r["id"], "scores": task.score(examples[r["id"]], text)})
         if "large" in r:  # lines written before the field existed lack it
             tokens, large, counted = tokens + len(r["token_ids"]), large + r["large"], counted + 1

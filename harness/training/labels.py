@@ -239,7 +239,7 @@ def run_rollouts(engine, task, rollouts: list[tuple], cfg: LabelConfig, desc: st
     `engine.batch` at a time) gives a correct answer, else 0.
 
     rollouts: (key, example, prefix token ids, prompt length, router) -> {key: label}."""
-    from harness.core import DecodeConfig, Job
+    from harness.core import DecodeConfig, Job, cut_at_stop
 
     dc = DecodeConfig(
         max_new_tokens=rollout_budget(task, cfg), stop=tuple(task.stop), eos_ids=engine.eos_ids
@@ -249,9 +249,7 @@ def run_rollouts(engine, task, rollouts: list[tuple], cfg: LabelConfig, desc: st
     out = {}
     for job, g in engine.generate_each(None, jobs, desc, unit="rollout", disable=len(jobs) < 2):
         ex, prefix, n_prompt = by_key[job.key]
-        text = engine.decode(list(prefix[n_prompt:]) + list(g.token_ids))
-        for s in task.stop:
-            text = text.split(s)[0]
+        text = cut_at_stop(engine.decode(list(prefix[n_prompt:]) + list(g.token_ids)), task.stop)
         out[job.key] = int(float(task.score(ex, text)[task.metric]) >= 1.0)
     return out
 
