@@ -19,11 +19,27 @@ def distribution(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     probs = torch.softmax(logits / temperature, dim=-1)
     if top_p < 1.0:
-        sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
+        sorted_p, idx = _descending(probs, top_p)
         outside = torch.cumsum(sorted_p, -1) - sorted_p >= top_p  # keep the token crossing top_p
         sorted_p = sorted_p.masked_fill(outside, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
     return probs / probs.sum(-1, keepdim=True)
+
+
+NUCLEUS_PREFIX = 1024  # most likely tokens sorted first; the full sort only if they hold < top_p
+
+
+def _descending(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probabilities in descending order with their indices, or only their first
+    NUCLEUS_PREFIX where those already hold mass >= top_p in every row: every token after them
+    lies outside the nucleus, so `distribution` is the same and a draw from it too, without
+    sorting the whole vocabulary (26 ms of a 151,936-token row on this 2-core CPU, against 2 ms
+    for the prefix: at 16 sampled rows a step it cost more than the model's step)."""
+    if probs.shape[-1] > NUCLEUS_PREFIX:
+        head, idx = torch.topk(probs, NUCLEUS_PREFIX, dim=-1)
+        if bool((torch.cumsum(head, -1)[..., -1] >= top_p).all()):
+            return head, idx
+    return torch.sort(probs, dim=-1, descending=True)
 
 
 def sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> int:
