@@ -34,7 +34,7 @@ def test_distribution_equals_the_full_sort(scale, temperature, top_p):
         assert torch.equal(distribution(x, temperature, top_p), full_sort(x, temperature, top_p))
 
 
-def test_both_paths_are_taken_and_rows_are_handled_together():
+def test_both_paths_are_taken_and_rows_are_handled_together(monkeypatch):
     calls = []
     real = torch.sort
 
@@ -42,19 +42,16 @@ def test_both_paths_are_taken_and_rows_are_handled_together():
         calls.append(1)
         return real(*a, **k)
 
+    monkeypatch.setattr(torch, "sort", spy)
     peaked, flat = logits_of(8.0, 0), logits_of(0.5, 1)
-    torch.sort = spy
-    try:
-        distribution(peaked, 1.0, 0.9)
-        assert not calls  # the prefix held the nucleus: no full sort
-        distribution(flat, 1.0, 0.9)
-        assert calls  # it did not: the whole row sorted
-        calls.clear()
-        both = torch.stack([peaked, flat])
-        got = distribution(both, 1.0, 0.9)  # one row short of top_p: every row sorted fully
-        assert calls
-    finally:
-        torch.sort = real
+    distribution(peaked, 1.0, 0.9)
+    assert not calls  # the prefix held the nucleus: no full sort
+    distribution(flat, 1.0, 0.9)
+    assert calls  # it did not: the whole row sorted
+    calls.clear()
+    both = torch.stack([peaked, flat])
+    got = distribution(both, 1.0, 0.9)  # one row short of top_p: every row sorted fully
+    assert calls
     assert torch.equal(got, full_sort(both, 1.0, 0.9))
     assert sampling.NUCLEUS_PREFIX < VOCAB
 
