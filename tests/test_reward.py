@@ -15,6 +15,7 @@ from harness.training.reward import (
     Pairs,
     TrainConfig,
     evaluate,
+    intervals,
     pair_features,
     preference_loss,
     select_l2,
@@ -216,6 +217,23 @@ def test_loss_decreases_on_a_separable_toy_set():
     assert evaluate(state["head"], pairs)["acc"] == 1.0
 
 
+def test_heldout_intervals_resample_prompts_not_pairs():
+    # prompt a: three pairs the head ranks right; prompt b: one it ranks wrong. Accuracy 0.75;
+    # resampling prompts, a resample is all a (1.0), all b (0.0) or both (0.75): the interval
+    # spans [0, 1], where resampling the four pairs as if independent would be narrower
+    x = torch.tensor([[1.0], [1.0], [1.0], [-1.0]])
+    pairs = Pairs(x, -x, torch.ones(4, dtype=torch.long), ("t/a", "t/a", "t/a", "t/b"))
+    head = torch.tensor([1.0])
+    assert evaluate(head, pairs)["acc"] == 0.75
+    ci = intervals(head, pairs)
+    assert ci["n_prompts"] == 2 and ci["acc_ci"] == [0.0, 1.0]
+    loss = evaluate(head, pairs)["loss"]
+    assert ci["loss_ci"][0] < loss < ci["loss_ci"][1]
+    right = intervals(head, pairs.select(torch.tensor([True, True, True, False])))
+    assert right["acc_ci"] == [1.0, 1.0] and right["n_prompts"] == 1
+    assert intervals(head, pairs.select(torch.zeros(4, dtype=torch.bool)))["n_prompts"] == 0
+
+
 def test_training_resumes_to_the_same_head():
     pairs, _ = pair_features(tiny_reward(), toy_records())
     cfg = TrainConfig(epochs=10, lr=1e-2, l2=0.1, batch_size=8)
@@ -402,6 +420,10 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     by_task = metrics["heldout_by_task"]  # the held-out pairs, split by their prompt's task
     assert sum(v["n"] for v in by_task.values()) == metrics["n_pairs"]["heldout"]
     assert set(by_task) <= {"gsm8k", "commonsense_qa"} and metrics["seconds"]["training"] >= 0
+    held = metrics["final"]["heldout"]  # with 95% intervals, prompts resampled
+    assert held["acc_ci"][0] <= held["acc"] <= held["acc_ci"][1]
+    assert held["loss_ci"][0] <= held["loss"] <= held["loss_ci"][1]
+    assert sum(v["n_prompts"] for v in by_task.values()) == held["n_prompts"]
     assert main(train) == 0  # resumes from train_state.pt at the last epoch: same head
     ck = str(model / "reward.pt")
     # the MLP head on the same data and features: a checkpoint the transformers and llama.cpp
@@ -413,7 +435,9 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
         str(mlp),
         *train[train.index("--out") + 2 :],
     ]
-    assert "features: 6 of 6 prompts" in capsys.readouterr().out  # computed by the first run
+    out = capsys.readouterr().out
+    assert "features: 6 of 6 prompts" in out  # computed by the first run
+    assert "accuracy by task: " in out and "prompts)" in out
     assert main([*argv_mlp, "--head", "mlp", "--epochs", "3", "--l2", "0.001"]) == 0
     # same data, backbone, depth and dtype: the linear head's features, not computed again
     assert "features:" not in capsys.readouterr().out

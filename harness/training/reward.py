@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import UserError
+from harness.metrics import ratio_ci
 
 
 def preference_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
@@ -297,14 +298,37 @@ def _copy(opt) -> dict:
     return copy.deepcopy(opt.state_dict())
 
 
+def intervals(w, pairs: Pairs, n_boot: int = 2000) -> dict:
+    """95% bootstrap intervals of `evaluate`'s loss and accuracy, prompts resampled with all
+    their pairs (the pairs of one response share its prompt and its prefix, so they are not
+    independent): {"n_prompts", "loss_ci", "acc_ci"}."""
+    if len(pairs) == 0:
+        return {"n_prompts": 0, "loss_ci": [math.nan] * 2, "acc_ci": [math.nan] * 2}
+    with torch.no_grad():
+        rw, rl = score(w, pairs.chosen), score(w, pairs.rejected)
+    per_pair = {
+        "loss": -torch.nn.functional.logsigmoid(rw - rl),
+        "acc": (rw > rl).float() + 0.5 * (rw == rl).float(),
+    }
+    prompts = {p: i for i, p in enumerate(sorted(set(pairs.prompt)))}
+    at = torch.tensor([prompts[p] for p in pairs.prompt])
+    count = torch.zeros(len(prompts)).index_add_(0, at, torch.ones(len(pairs)))
+    out = {"n_prompts": len(prompts)}
+    for k, v in per_pair.items():
+        total = torch.zeros(len(prompts)).index_add_(0, at, v.float())
+        out[f"{k}_ci"] = list(ratio_ci(total.tolist(), count.tolist(), n_boot=n_boot))
+    return out
+
+
 def by_task(w: torch.Tensor, pairs: Pairs) -> dict:
-    """Loss and preference accuracy per task (a prompt id's first part: "gsm8k/test/12")."""
+    """Loss and preference accuracy per task (a prompt id's first part: "gsm8k/test/12"), with
+    their prompt-resampled 95% intervals (`intervals`)."""
     tasks = [p.split("/")[0] for p in pairs.prompt]
-    return {
-        t: {k: evaluate(w, pairs.select(torch.tensor([x == t for x in tasks])))[k]
-            for k in ("n", "loss", "acc")}
-        for t in sorted(set(tasks))
-    }  # fmt: skip
+    out = {}
+    for t in sorted(set(tasks)):
+        sel = pairs.select(torch.tensor([x == t for x in tasks]))
+        out[t] = {k: evaluate(w, sel)[k] for k in ("n", "loss", "acc")} | intervals(w, sel)
+    return out
 
 
 def by_length(w: torch.Tensor, pairs: Pairs, edges=(1, 2, 5, 17, 10**9)) -> dict:
@@ -388,7 +412,7 @@ def run_train_reward(args) -> int:
         "n_pairs": {"train": len(train), "heldout": len(test), "ties_dropped": ties},
         "heldout_prompts": len(set(test.prompt)),
         "untrained": {"train": evaluate(zero, train), "heldout": evaluate(zero, test)},
-        "final": {"train": evaluate(w, train), "heldout": evaluate(w, test)},
+        "final": {"train": evaluate(w, train), "heldout": evaluate(w, test) | intervals(w, test)},
         "heldout_by_task": by_task(w, test),
         "heldout_by_length": by_length(w, test),
         "seconds": {  # this invocation on this machine (cached features load in seconds)
@@ -402,17 +426,22 @@ def run_train_reward(args) -> int:
     used = sorted({r["id"] for r in records})
     save_checkpoint(out / "reward.pt", model, source, used_example_ids=used, metrics=metrics)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
-    f = metrics["final"]
+    f, h = metrics["final"], metrics["final"]["heldout"]
+
+    def ci(v: dict, k: str) -> str:
+        return f"{v[k]:.3f} [{v[f'{k}_ci'][0]:.3f}, {v[f'{k}_ci'][1]:.3f}]"
+
     print(
-        f"{out / 'reward.pt'}: {len(train)} train / {len(test)} held-out pairs ({ties} ties dropped)\n"
-        f"  held-out loss {math.log(2):.4f} (untrained) -> {f['heldout']['loss']:.4f}, "
-        f"accuracy {f['heldout']['acc']:.3f} (train loss {f['train']['loss']:.4f}, "
+        f"{out / 'reward.pt'}: {len(train)} train / {len(test)} held-out pairs ({ties} ties dropped,"
+        f" {h['n_prompts']} held-out prompts)\n"
+        f"  held-out loss {math.log(2):.4f} (untrained) -> {ci(h, 'loss')}, accuracy {ci(h, 'acc')}"
+        f" (95% intervals, prompts resampled; train loss {f['train']['loss']:.4f}, "
         f"accuracy {f['train']['acc']:.3f})\n"
-        f"  held-out mean reward: chosen {f['heldout']['chosen_mean']:.3f}, "
-        f"rejected {f['heldout']['rejected_mean']:.3f}\n"
+        f"  held-out mean reward: chosen {h['chosen_mean']:.3f}, rejected {h['rejected_mean']:.3f}\n"
         "  held-out accuracy by task: "
         + ", ".join(
-            f"{t} {v['acc']:.3f} (n={v['n']})" for t, v in metrics["heldout_by_task"].items()
+            f"{t} {ci(v, 'acc')} (n={v['n']} pairs, {v['n_prompts']} prompts)"
+            for t, v in metrics["heldout_by_task"].items()
         )
     )
     return 0
