@@ -85,7 +85,7 @@ held = {d.name: json.loads((d / "metrics.json").read_text())["final"]["heldout"]
         for d in Path(sys.argv[1]).glob("reward-L*") if (d / "metrics.json").is_file()}
 runs = sorted(((h["acc"], name) for name, h in held.items()), reverse=True)
 for acc, name in runs:  # the same held-out prompts for all: a choice among them, not a test
-    lo, hi = held[name].get("acc_ci", [float("nan")] * 2)
+    lo, hi = held[name]["acc_ci"]
     print(f"  {name}: held-out preference accuracy {acc:.3f} [{lo:.3f}, {hi:.3f}]", file=sys.stderr)
 print(runs[0][1] if runs else "")
 PY

@@ -15,7 +15,6 @@ from harness.training.reward import (
     Pairs,
     TrainConfig,
     evaluate,
-    intervals,
     pair_features,
     preference_loss,
     select_l2,
@@ -225,13 +224,13 @@ def test_heldout_intervals_resample_prompts_not_pairs():
     pairs = Pairs(x, -x, torch.ones(4, dtype=torch.long), ("t/a", "t/a", "t/a", "t/b"))
     head = torch.tensor([1.0])
     assert evaluate(head, pairs)["acc"] == 0.75
-    ci = intervals(head, pairs)
+    ci = evaluate(head, pairs, ci=True)
     assert ci["n_prompts"] == 2 and ci["acc_ci"] == [0.0, 1.0]
     loss = evaluate(head, pairs)["loss"]
-    assert ci["loss_ci"][0] < loss < ci["loss_ci"][1]
-    right = intervals(head, pairs.select(torch.tensor([True, True, True, False])))
+    assert ci["loss"] == loss and ci["loss_ci"][0] < loss < ci["loss_ci"][1]
+    right = evaluate(head, pairs.select(torch.tensor([True, True, True, False])), ci=True)
     assert right["acc_ci"] == [1.0, 1.0] and right["n_prompts"] == 1
-    assert intervals(head, pairs.select(torch.zeros(4, dtype=torch.bool)))["n_prompts"] == 0
+    assert evaluate(head, pairs.select(torch.zeros(4, dtype=torch.bool)), ci=True)["n_prompts"] == 0
 
 
 def test_training_resumes_to_the_same_head():

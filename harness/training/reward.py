@@ -53,7 +53,12 @@ def preference_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.T
     (Ouyang et al. 2022; Zheng et al. 2023), which the paper's "lower loss is better" implies.
     Example: equal scores give log 2 = 0.693 per pair.
     """
-    return torch.nn.functional.softplus(r_rejected - r_chosen).mean()
+    return pair_losses(r_chosen, r_rejected).mean()
+
+
+def pair_losses(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
+    """`preference_loss` of each pair, not averaged."""
+    return torch.nn.functional.softplus(r_rejected - r_chosen)
 
 
 @dataclass(frozen=True)
@@ -156,23 +161,44 @@ def state_head(state: dict):
     return head.eval()
 
 
-def evaluate(w, pairs: Pairs) -> dict:
-    """Loss, preference accuracy and mean scores of a head `w` ([H] weight or module) on `pairs`.
+def evaluate(w, pairs: Pairs, ci: bool = False) -> dict:
+    """Loss, preference accuracy and mean scores of a head `w` ([H] weight or module) on `pairs`;
+    with `ci`, also their 95% intervals (`intervals`).
 
     accuracy = share of pairs with r_w > r_l, a tie counting one half (so an untrained, all-zero
     head scores 0.5, chance)."""
     if len(pairs) == 0:
         nan = math.nan
-        return {"n": 0, "loss": nan, "acc": nan, "chosen_mean": nan, "rejected_mean": nan}
+        out = {"n": 0, "loss": nan, "acc": nan, "chosen_mean": nan, "rejected_mean": nan}
+        return out | ({"n_prompts": 0, "loss_ci": [nan] * 2, "acc_ci": [nan] * 2} if ci else {})
     with torch.no_grad():
         rw, rl = score(w, pairs.chosen), score(w, pairs.rejected)
-        return {
-            "n": len(pairs),
-            "loss": float(preference_loss(rw, rl)),
-            "acc": float(((rw > rl).float() + 0.5 * (rw == rl).float()).mean()),
-            "chosen_mean": float(rw.mean()),
-            "rejected_mean": float(rl.mean()),
+        per_pair = {
+            "loss": pair_losses(rw, rl),
+            "acc": (rw > rl).float() + 0.5 * (rw == rl).float(),
         }
+    out = {
+        "n": len(pairs),
+        "loss": float(per_pair["loss"].mean()),
+        "acc": float(per_pair["acc"].mean()),
+        "chosen_mean": float(rw.mean()),
+        "rejected_mean": float(rl.mean()),
+    }
+    return out | (intervals(pairs.prompt, per_pair) if ci else {})
+
+
+def intervals(prompt: tuple[str, ...], per_pair: dict, n_boot: int = 2000) -> dict:
+    """95% bootstrap intervals of the means of `per_pair`'s values ({name: [N] tensor}, one
+    value per pair), prompts resampled with all their pairs (the pairs of one response share its
+    prompt and its prefix, so they are not independent): {"n_prompts", "<name>_ci", ...}."""
+    prompts = {p: i for i, p in enumerate(sorted(set(prompt)))}
+    at = torch.tensor([prompts[p] for p in prompt])
+    count = torch.zeros(len(prompts)).index_add_(0, at, torch.ones(len(prompt)))
+    out = {"n_prompts": len(prompts)}
+    for k, v in per_pair.items():
+        total = torch.zeros(len(prompts)).index_add_(0, at, v.float())
+        out[f"{k}_ci"] = list(ratio_ci(total.tolist(), count.tolist(), n_boot=n_boot))
+    return out
 
 
 def feature_scale(pairs: Pairs) -> torch.Tensor:
@@ -298,36 +324,15 @@ def _copy(opt) -> dict:
     return copy.deepcopy(opt.state_dict())
 
 
-def intervals(w, pairs: Pairs, n_boot: int = 2000) -> dict:
-    """95% bootstrap intervals of `evaluate`'s loss and accuracy, prompts resampled with all
-    their pairs (the pairs of one response share its prompt and its prefix, so they are not
-    independent): {"n_prompts", "loss_ci", "acc_ci"}."""
-    if len(pairs) == 0:
-        return {"n_prompts": 0, "loss_ci": [math.nan] * 2, "acc_ci": [math.nan] * 2}
-    with torch.no_grad():
-        rw, rl = score(w, pairs.chosen), score(w, pairs.rejected)
-    per_pair = {
-        "loss": -torch.nn.functional.logsigmoid(rw - rl),
-        "acc": (rw > rl).float() + 0.5 * (rw == rl).float(),
-    }
-    prompts = {p: i for i, p in enumerate(sorted(set(pairs.prompt)))}
-    at = torch.tensor([prompts[p] for p in pairs.prompt])
-    count = torch.zeros(len(prompts)).index_add_(0, at, torch.ones(len(pairs)))
-    out = {"n_prompts": len(prompts)}
-    for k, v in per_pair.items():
-        total = torch.zeros(len(prompts)).index_add_(0, at, v.float())
-        out[f"{k}_ci"] = list(ratio_ci(total.tolist(), count.tolist(), n_boot=n_boot))
-    return out
-
-
 def by_task(w: torch.Tensor, pairs: Pairs) -> dict:
     """Loss and preference accuracy per task (a prompt id's first part: "gsm8k/test/12"), with
-    their prompt-resampled 95% intervals (`intervals`)."""
+    their prompt-resampled 95% intervals."""
     tasks = [p.split("/")[0] for p in pairs.prompt]
     out = {}
     for t in sorted(set(tasks)):
         sel = pairs.select(torch.tensor([x == t for x in tasks]))
-        out[t] = {k: evaluate(w, sel)[k] for k in ("n", "loss", "acc")} | intervals(w, sel)
+        keep = ("n", "loss", "acc", "n_prompts", "loss_ci", "acc_ci")
+        out[t] = {k: v for k, v in evaluate(w, sel, ci=True).items() if k in keep}
     return out
 
 
@@ -412,7 +417,7 @@ def run_train_reward(args) -> int:
         "n_pairs": {"train": len(train), "heldout": len(test), "ties_dropped": ties},
         "heldout_prompts": len(set(test.prompt)),
         "untrained": {"train": evaluate(zero, train), "heldout": evaluate(zero, test)},
-        "final": {"train": evaluate(w, train), "heldout": evaluate(w, test) | intervals(w, test)},
+        "final": {"train": evaluate(w, train), "heldout": evaluate(w, test, ci=True)},
         "heldout_by_task": by_task(w, test),
         "heldout_by_length": by_length(w, test),
         "seconds": {  # this invocation on this machine (cached features load in seconds)
