@@ -73,7 +73,8 @@ COST_DEFINITION = (
 DEVICE_DEFINITION = (
     "Measured on a GPU machine: recorded runs replayed pass for pass with small on that "
     "machine's CPU and large on its GPU (scripts/device_latency.py, random weights of each "
-    "model's shape, transformers bf16); measured tok/s [95% bootstrap CI over examples] beside "
+    "model's shape on the engine each table names: transformers in bf16, or llama.cpp with the "
+    "GGUF file's quantized types); measured tok/s [95% bootstrap CI over examples] beside "
     "the cost model for that machine (copy-probe bandwidths; datasheet: H100 3,350 GB/s), no "
     "network."
 )
@@ -352,8 +353,9 @@ def device_tables(paths: list[Path]) -> list[Table]:
                 rows.append((f"large alone, transformers generate ({kind})", "—", "1",
                              str(g["tokens"]), _num(1.0), _num(g[f"{kind}_tok_per_s"], 1),
                              "—", "—", "—", "—"))  # fmt: skip
+        engine = m.get("engine") or f"transformers {m['transformers']}, eager, bf16"
         title = (f"{path.name}: {m['cpu']}, {m['cpu_threads']} CPU threads + {m['gpu']}; "
-                 f"torch {m['torch']}, transformers {m['transformers']}; "
+                 f"engine {engine}, torch {m['torch']}; "
                  f"copy probes CPU {bw['cpu_probe']:.1f} GB/s, GPU {bw['gpu_copy']:.0f} GB/s")  # fmt: skip
         header = ("row", "setting", "n", "tokens", "large token share",
                   "tok/s measured [95% CI]", "tok/s modeled (probes)",

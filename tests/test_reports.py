@@ -247,18 +247,24 @@ def test_quality_goal_table_takes_each_routers_best_run_under_the_share(results)
     assert qualities == sorted(qualities, reverse=True)
 
 
-def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path):
+@pytest.mark.parametrize(
+    "name, engine",
+    [("device-latency-h100.json", "engine transformers 5.17.0, eager, bf16"),
+     ("device-latency-h100-llamacpp.json", "engine llama.cpp (llama-cpp-python 0.3.36")],
+)  # fmt: skip
+def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path, name, engine):
     """A results folder's device/*.json (scripts/device_latency.py) becomes a table: measured
-    tok/s from the examples' own tokens and seconds, beside the modeled figures it recorded."""
+    tok/s from the examples' own tokens and seconds, beside the modeled figures it recorded,
+    under a title that names the engine (files of session 6 have none: transformers)."""
     import shutil
 
     copy = tmp_path / "results"
     shutil.copytree(results, copy)
     (copy / "device").mkdir()
-    data = ROOT / "docs" / "data" / "device-latency-h100.json"
+    data = ROOT / "docs" / "data" / name
     shutil.copy(data, copy / "device" / data.name)
     md = (write_report(copy, tmp_path / "report").parent / "leaderboard.md").read_text()
-    assert "NVIDIA H100 80GB HBM3" in md
+    assert "NVIDIA H100 80GB HBM3" in md and engine in md
     md = md.split("\n## Measured on a GPU machine\n")[1]
     d = json.loads(data.read_text())
     for name, row in d["rows"].items():

@@ -1,0 +1,76 @@
+"""scripts/device_latency.py's llama.cpp engine (issue 14 step 5), on CPU with tiny GGUF files:
+random-weights files rebuilt from a skeleton, and recorded rows replayed over models that run in
+worker processes (scripts/device_llamacpp_worker.py)."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+from harness.core import DecodeConfig, generate  # noqa: E402
+from harness.replay import replay_timed  # noqa: E402
+from routers import get_router  # noqa: E402
+from scripts import device_latency as dl  # noqa: E402
+from tests.tiny import tiny_backends, tiny_gguf_pair  # noqa: E402
+
+
+def test_random_quantized_blocks_are_small_and_finite(tmp_path):
+    """Every quantized type random_gguf knows, dequantized by gguf's own reference code: the
+    f16 scales it writes sit where the format keeps them (random bytes there could be inf/NaN
+    or huge), so the weights stay within ~0.1."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    head, table, at = b"H" * 64, [], 64
+    for kind in dl.SCALES:
+        n = 4 * GGML_QUANT_SIZES[GGMLQuantizationType[kind]][1]  # four blocks
+        table.append([f"blk.0.{kind}.weight", kind, at, n])
+        at += n
+    (tmp_path / "m.head").write_bytes(head)
+    (tmp_path / "m.json").write_text(json.dumps({"file_size": at, "tensors": table}))
+    data = dl.random_gguf(tmp_path, "m", tmp_path / "m.gguf").read_bytes()
+    assert len(data) == at and data[:64] == head
+    for _, kind, offset, n in table:
+        raw = np.frombuffer(data[offset : offset + n], np.uint8).reshape(4, -1)
+        w = dequantize(raw, GGMLQuantizationType[kind])
+        assert np.isfinite(w).all() and 0 < np.abs(w).max() < 0.2, kind
+        assert w.std() > 1e-4, kind  # random, not zeros
+
+
+def test_skeleton_rebuilds_a_loadable_file_of_the_same_sizes(tmp_path):
+    from harness.backends.llamacpp import LlamaCppBackend, gguf_info
+
+    small, _ = tiny_gguf_pair()
+    dl.skeleton(small, tmp_path, "small")
+    rebuilt = dl.random_gguf(tmp_path, "small", tmp_path / "small-random.gguf")
+    assert rebuilt.stat().st_size == small.stat().st_size
+    a, b = gguf_info(small, "small", "x"), gguf_info(rebuilt, "small", "x")
+    assert (a.weight_bytes, a.n_params, a.kv_bytes_per_token, a.dtype) == (
+        b.weight_bytes, b.n_params, b.kv_bytes_per_token, b.dtype)  # fmt: skip
+    orig = LlamaCppBackend(small, a, n_ctx=64)
+    rand = LlamaCppBackend(rebuilt, b, n_ctx=64)
+    x, _ = orig.forward([1, 5, 9], 1)
+    y, _ = rand.forward([1, 5, 9], 1)
+    assert y.shape == x.shape and bool(y.isfinite().all()) and not np.allclose(x, y)
+
+
+@pytest.mark.parametrize("row", ["random", "speculative"])
+def test_rows_replay_over_worker_processes(tmp_path, row):
+    """A row recorded on the tiny llama.cpp pair replays pass for pass over random-weights
+    copies that run in worker processes (the device's setup, all on the CPU here)."""
+    models = tiny_backends(seed=2, kind="llama.cpp")
+    for role, path in zip(("small", "large"), tiny_gguf_pair(), strict=True):
+        dl.skeleton(path, tmp_path, role)
+    workers = {role: dl.shadow_llamacpp(tmp_path, role, "cpu", 1, tmp_path)
+               for role in ("small", "large")}  # fmt: skip
+    assert workers["large"].info.backend.startswith("llama.cpp ")
+    assert workers["small"].ping_ms > 0
+    router = get_router(row, {"p": 0.4} if row == "random" else {"k": 4})
+    rec = generate(models, router, [1, 33, 31, 17, 30], DecodeConfig(max_new_tokens=30))
+    again = replay_timed(workers, rec.to_json(), None, 30, row == "speculative", lambda: 0.0)
+    fw = lambda g: [(f.model, f.phase, f.tokens_in, f.cache_len) for f in g.forwards]  # noqa: E731
+    assert fw(again) == fw(rec) and again.token_ids == rec.token_ids
+    with pytest.raises(RuntimeError, match="llama_decode failed|ended"):
+        workers["small"].forward(list(range(10_000)), 1)  # past its context: the worker says so
