@@ -383,6 +383,8 @@ def main() -> None:
         return
     if args.generate_check and args.engine != "transformers":
         raise SystemExit("--generate-check times transformers' generate: --engine transformers")
+    if args.probe and args.engine != "llama.cpp":
+        raise SystemExit("--probe times the llama.cpp workers: --engine llama.cpp")
     if args.threads and args.engine == "transformers":
         torch.set_num_threads(args.threads)
     threads = args.threads or os.cpu_count() or 1
