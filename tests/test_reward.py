@@ -413,6 +413,9 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
         "5",
     ]
     assert main(train) == 0
+    out = capsys.readouterr().out
+    assert "features: 6 of 6 prompts" in out  # computed by the first run
+    assert "accuracy by task: " in out and "prompts)" in out
     metrics = json.loads((model / "metrics.json").read_text())
     assert metrics["n_pairs"]["train"] > 0 and metrics["n_pairs"]["heldout"] > 0
     assert metrics["final"]["train"]["loss"] < metrics["untrained"]["train"]["loss"]
@@ -423,7 +426,24 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     assert held["acc_ci"][0] <= held["acc"] <= held["acc_ci"][1]
     assert held["loss_ci"][0] <= held["loss"] <= held["loss_ci"][1]
     assert sum(v["n_prompts"] for v in by_task.values()) == held["n_prompts"]
-    assert main(train) == 0  # resumes from train_state.pt at the last epoch: same head
+    stamp = (model / "metrics.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(train) == 0  # finished with these settings: said so, nothing retrained
+    out = capsys.readouterr().out
+    assert "already trained with these settings" in out and "accuracy by task: " in out
+    assert (model / "metrics.json").stat().st_mtime_ns == stamp
+    (model / "metrics.json").unlink()  # cut before the end: resumes from train_state.pt
+    assert main(train) == 0 and "already trained" not in capsys.readouterr().out
+    assert json.loads((model / "metrics.json").read_text())["final"] == metrics["final"]
+    # --l2 left to cross-validation: the choice is kept, an interrupted run does not redo it
+    cv_run = [*train[: train.index("--l2")], *train[train.index("--l2") + 2 :], "--epochs", "2"]
+    cv_run[cv_run.index(str(model))] = str(tmp_path / "model-cv")
+    assert main(cv_run) == 0
+    assert "choosing --l2" in capsys.readouterr().out
+    (tmp_path / "model-cv" / "metrics.json").unlink()
+    assert main(cv_run) == 0
+    assert "chosen by 5-fold cross-validation before" in capsys.readouterr().out
+    assert main(cv_run) == 0 and "already trained" in capsys.readouterr().out
     ck = str(model / "reward.pt")
     # the MLP head on the same data and features: a checkpoint the transformers and llama.cpp
     # reward backends both load, scoring alike
@@ -434,9 +454,6 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
         str(mlp),
         *train[train.index("--out") + 2 :],
     ]
-    out = capsys.readouterr().out
-    assert "features: 6 of 6 prompts" in out  # computed by the first run
-    assert "accuracy by task: " in out and "prompts)" in out
     assert main([*argv_mlp, "--head", "mlp", "--epochs", "3", "--l2", "0.001"]) == 0
     # same data, backbone, depth and dtype: the linear head's features, not computed again
     assert "features:" not in capsys.readouterr().out

@@ -384,6 +384,17 @@ def run_train_reward(args) -> int:
 
     records, source, key = _inputs(args)
     out = Path(args.out)
+    d = HEAD_DEFAULTS[args.head]
+    cfg = TrainConfig(
+        args.epochs or d["epochs"], args.lr or d["lr"], args.l2 or 0.0, args.batch_size,
+        args.seed, args.head,
+    )  # fmt: skip
+    done = _finished(out, key, cfg, args)
+    if done is not None:
+        print(f"{out / 'metrics.json'}: already trained with these settings (another --out, or "
+              "delete it, to train again)")  # fmt: skip
+        _summary(out, done)
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     model = build_reward_model(source, args.layers, args.dtype, head=args.head)
@@ -391,16 +402,22 @@ def run_train_reward(args) -> int:
     pairs, ties = _features(model, records, key, Path(args.data) / f"features-{ident}.pt")
     t_features = time.perf_counter() - t0
     train, test = heldout_split(pairs, args.holdout, args.seed)
-    d = HEAD_DEFAULTS[args.head]
-    cfg = TrainConfig(
-        args.epochs or d["epochs"], args.lr or d["lr"], args.l2 or 0.0, args.batch_size,
-        args.seed, args.head,
-    )  # fmt: skip
     cv = {}
     if args.l2 is None:
         grid = d["l2_grid"]
-        print(f"choosing --l2 from {grid} by 5-fold cross-validation over training prompts")
-        best, cv = select_l2(train, cfg, grid)
+        cv_path, cv_key = (
+            out / "l2_cv.json",
+            {**key, "config": asdict(cfg), "holdout": args.holdout},
+        )
+        saved = json.loads(cv_path.read_text()) if cv_path.is_file() else {}
+        if saved.get("key") == cv_key:  # an interrupted run: the choice made before it
+            cv = {float(k): v for k, v in saved["cv"].items()}
+            print(f"--l2 chosen by 5-fold cross-validation before ({cv_path})")
+        else:
+            print(f"choosing --l2 from {grid} by 5-fold cross-validation over training prompts")
+            cv = select_l2(train, cfg, grid)[1]
+            _atomic_write(cv_path, json.dumps({"key": cv_key, "cv": cv}, indent=1) + "\n")
+        best = min(cv, key=cv.get)
         cfg = replace(cfg, l2=best)
         print("  cv loss: " + ", ".join(f"{k}: {v:.4f}" for k, v in cv.items()) + f" -> {best}")
     key = {**key, "config": asdict(cfg), "holdout": args.holdout}
@@ -430,15 +447,34 @@ def run_train_reward(args) -> int:
     }
     used = sorted({r["id"] for r in records})
     save_checkpoint(out / "reward.pt", model, source, used_example_ids=used, metrics=metrics)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
-    f, h = metrics["final"], metrics["final"]["heldout"]
+    _atomic_write(out / "metrics.json", json.dumps(metrics, indent=1) + "\n")  # written last
+    _summary(out, metrics)
+    return 0
+
+
+def _finished(out: Path, key: dict, cfg: TrainConfig, args) -> dict | None:
+    """metrics.json of a finished run with these settings (the penalty aside when it is chosen
+    by cross-validation), else None."""
+    path = out / "metrics.json"
+    if not (path.is_file() and (out / "reward.pt").is_file()):
+        return None
+    m = json.loads(path.read_text())
+    saved, want = dict(m.get("config", {})), asdict(cfg)
+    if args.l2 is None:
+        saved.pop("l2", None), want.pop("l2")
+    same = all(m.get(k) == v for k, v in key.items())
+    return m if same and saved == want and m.get("holdout") == args.holdout else None
+
+
+def _summary(out: Path, metrics: dict) -> None:
+    f, h, n = metrics["final"], metrics["final"]["heldout"], metrics["n_pairs"]
 
     def ci(v: dict, k: str) -> str:
         return f"{v[k]:.3f} [{v[f'{k}_ci'][0]:.3f}, {v[f'{k}_ci'][1]:.3f}]"
 
     print(
-        f"{out / 'reward.pt'}: {len(train)} train / {len(test)} held-out pairs ({ties} ties dropped,"
-        f" {h['n_prompts']} held-out prompts)\n"
+        f"{out / 'reward.pt'}: {n['train']} train / {n['heldout']} held-out pairs "
+        f"({n['ties_dropped']} ties dropped, {h['n_prompts']} held-out prompts)\n"
         f"  held-out loss {math.log(2):.4f} (untrained) -> {ci(h, 'loss')}, accuracy {ci(h, 'acc')}"
         f" (95% intervals, prompts resampled; train loss {f['train']['loss']:.4f}, "
         f"accuracy {f['train']['acc']:.3f})\n"
@@ -449,7 +485,6 @@ def run_train_reward(args) -> int:
             for t, v in metrics["heldout_by_task"].items()
         )
     )
-    return 0
 
 
 def _inputs(args) -> tuple[list[dict], str, dict]:
@@ -559,6 +594,12 @@ def _resume(path: Path, key: dict) -> dict | None:
     if saved.get("key") != key:
         raise UserError(f"{path} belongs to a run with other settings; use another --out")
     return saved["state"]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _save_state(path: Path, state: dict, key: dict) -> None:
