@@ -22,7 +22,8 @@ preference accuracy (metrics.json); the choice and its reason go in the results.
 Held-out prompts (`--holdout`, by prompt id, so chunks of one response never straddle the
 split) give the preference accuracy and loss reported at the end and in --out/metrics.json.
 Progress is shown per epoch; --out/train_state.pt is written every `--save-every` epochs and a
-re-run with the same settings resumes from it.
+re-run with the same settings resumes from it (and from --out/l2_cv.json, the penalty's
+cross-validation); a re-run of a finished one (metrics.json, written last) prints its summary.
 
 Calibration. Small answers `--limit` examples of a task's calib split greedily (the core, `small`
 router); the reward model scores every emitted token in one pass; the file keeps the scores, so a
