@@ -4,7 +4,9 @@ answers a training command read, with wall time, examples and tokens generated.
     python scripts/training_cost.py results/train13          # a Markdown table
 
 A training command's folder keeps `cost.jsonl` (one line per invocation, resumed ones included;
-`harness.training.common.total_cost`); examples come from what the folder holds: reward data's
+`harness.training.common.total_cost`): wall hours, and CPU hours of all the process's threads
+(~threads x wall when it computes; not counting time it was stopped or waited for the lock;
+logged since 2026-11-24, "k of n invocations" when older lines lack it); examples come from what the folder holds: reward data's
 manifest (prompts), a reward head's metrics.json (prompts and chunk pairs), a router checkpoint's
 provenance (train and calib ids). A `hybridbench run` folder (e.g. small's answers on train, the
 query router's labels) has no cost log: its summary gives examples, tokens and examples/hour.
@@ -52,8 +54,11 @@ def rows(root: Path) -> list[tuple[str, ...]]:
         folder = cost.parent
         commands = sorted({json.loads(x)["argv"][0] for x in cost.read_text().splitlines() if x})
         c = total_cost(folder)
+        cpu = f"{c['cpu_s'] / 3600:.2f}" if c["invocations"] > c["without_cpu"] else "—"
+        if c["without_cpu"] and cpu != "—":
+            cpu += f" ({c['invocations'] - c['without_cpu']} of {c['invocations']} invocations)"
         out.append((str(folder.relative_to(root)) or ".", ", ".join(commands), examples(folder),
-                    str(c["invocations"]), f"{c['wall_s'] / 3600:.2f}",
+                    str(c["invocations"]), f"{c['wall_s'] / 3600:.2f}", cpu,
                     f"{c['tokens_generated']:,}"))  # fmt: skip
     for summary in sorted(root.rglob("summary.json")):
         s = json.loads(summary.read_text())
@@ -61,7 +66,8 @@ def rows(root: Path) -> list[tuple[str, ...]]:
         tokens = round((s.get("tokens_per_example") or 0) * n)
         out.append((str(summary.parent.relative_to(root)), f"run ({s.get('router')}, "
                     f"{s.get('split')})", f"{n} {s.get('task')} examples", "—",
-                    f"{n / per_hour:.2f}" if per_hour == per_hour else "—", f"{tokens:,}"))  # fmt: skip
+                    f"{n / per_hour:.2f}" if per_hour == per_hour else "—", "—",
+                    f"{tokens:,}"))  # fmt: skip
     return out
 
 
@@ -72,7 +78,8 @@ def main() -> int:
     if not args.root.is_dir():
         print(f"not a folder: {args.root}", file=sys.stderr)
         return 2
-    header = ("folder", "command", "examples", "invocations", "wall hours", "tokens generated")
+    header = ("folder", "command", "examples", "invocations", "wall hours", "CPU hours",
+              "tokens generated")  # fmt: skip
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for r in rows(args.root):
         print("| " + " | ".join(r) + " |")

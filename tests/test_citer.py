@@ -272,6 +272,7 @@ def test_cost_log_records_failures_too(tmp_path):
         engine.GENERATED[0] += 5
     rows = [json.loads(x) for x in (tmp_path / "cost.jsonl").read_text().splitlines()]
     assert [(r["status"], r["tokens_generated"]) for r in rows] == [("failed", 7), ("done", 5)]
+    assert all(r["cpu_s"] >= 0 for r in rows) and total_cost(tmp_path)["without_cpu"] == 0
     assert (
         total_cost(tmp_path)["tokens_generated"] == 12 and total_cost(tmp_path)["invocations"] == 2
     )

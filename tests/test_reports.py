@@ -324,8 +324,15 @@ def test_training_cost_table(tmp_path):
     data, run = tmp_path / "reward-data", tmp_path / "gsm8k-train-small"
     data.mkdir()
     run.mkdir()
-    lines = [{"argv": ["reward-data", "--out", "x"], "wall_s": 1800.0, "tokens_generated": 700},
-             {"argv": ["reward-data", "--out", "x"], "wall_s": 1800.0, "tokens_generated": 300}]  # fmt: skip
+    lines = [
+        {"argv": ["reward-data", "--out", "x"], "wall_s": 1800.0, "tokens_generated": 700},
+        {
+            "argv": ["reward-data", "--out", "x"],
+            "wall_s": 1800.0,
+            "tokens_generated": 300,
+            "cpu_s": 3240.0,
+        },
+    ]  # fmt: skip  (the first line is from before CPU time was logged)
     (data / "cost.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (data / "manifest.json").write_text(json.dumps({"prompts": 20, "tasks": ["gsm8k", "mbpp"]}))
     (data / "pairs.jsonl").write_text("")
@@ -334,5 +341,8 @@ def test_training_cost_table(tmp_path):
     (run / "summary.json").write_text(json.dumps(summary))
     out = subprocess.run([sys.executable, "scripts/training_cost.py", str(tmp_path)], cwd=ROOT,
                          check=True, capture_output=True, text=True).stdout  # fmt: skip
-    assert "| reward-data | reward-data | 20 prompts (gsm8k, mbpp) | 2 | 1.00 | 1,000 |" in out
-    assert "| gsm8k-train-small | run (small, train) | 10 gsm8k examples | — | 0.50 | 305 |" in out
+    row = "| reward-data | reward-data | 20 prompts (gsm8k, mbpp) | 2 | 1.00 | 0.90 (1 of 2"
+    assert row + " invocations) | 1,000 |" in out
+    assert (
+        "| gsm8k-train-small | run (small, train) | 10 gsm8k examples | — | 0.50 | — | 305 |" in out
+    )

@@ -17,12 +17,14 @@ COST_LOG = "cost.jsonl"  # one line per invocation of a training command, in its
 def cost_log(folder, argv: list[str]):
     """Append what one invocation of a training command (`argv`) cost to FOLDER/cost.jsonl when
     it ends (also after an error or an interruption: the line's status says so): wall seconds,
-    model loading included, and the tokens every Engine generation in this process emitted. A
-    resumed command adds a line; what a router cost is the sum of its lines (`total_cost`)."""
+    model loading included, this process's CPU seconds (all its threads: unlike wall time, not
+    inflated while the process is stopped or waits for a lock), and the tokens every Engine
+    generation in this process emitted. A resumed command adds a line; what a router cost is the
+    sum of its lines (`total_cost`)."""
     from harness import engine
 
     rec = {"argv": list(argv), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    t0, g0, status = time.monotonic(), engine.GENERATED[0], "interrupted"
+    t0, c0, g0, status = time.monotonic(), time.process_time(), engine.GENERATED[0], "interrupted"
     try:
         yield
         status = "done"
@@ -33,6 +35,7 @@ def cost_log(folder, argv: list[str]):
         rec.update(
             status=status,
             wall_s=round(time.monotonic() - t0, 1),
+            cpu_s=round(time.process_time() - c0, 1),
             tokens_generated=engine.GENERATED[0] - g0,
         )
         path = Path(folder) / COST_LOG
@@ -42,15 +45,19 @@ def cost_log(folder, argv: list[str]):
 
 
 def total_cost(out) -> dict:
-    """The sum of OUT/cost.jsonl's lines: {"wall_s", "tokens_generated", "invocations"}."""
+    """The sum of OUT/cost.jsonl's lines: {"wall_s", "cpu_s", "tokens_generated", "invocations",
+    "without_cpu"} (cpu_s sums the lines that have it; lines written before it was logged are
+    counted in without_cpu)."""
     path = Path(out) / COST_LOG
     rows = (
         [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
     )
     return {
         "wall_s": round(sum(r["wall_s"] for r in rows), 1),
+        "cpu_s": round(sum(r.get("cpu_s", 0.0) for r in rows), 1),
         "tokens_generated": sum(r["tokens_generated"] for r in rows),
         "invocations": len(rows),
+        "without_cpu": sum("cpu_s" not in r for r in rows),
     }
 
 
