@@ -5,7 +5,7 @@ answers a training command read, with wall time, examples and tokens generated.
 
 A training command's folder keeps `cost.jsonl` (one line per invocation, resumed ones included;
 `harness.training.common.total_cost`): wall hours, and CPU hours of all the process's threads
-(~threads x wall when it computes; not counting time it was stopped or waited for the lock;
+(~threads x wall when it computes; not counting time it was stopped, e.g. by SIGSTOP;
 logged since 2026-11-24, "k of n invocations" when older lines lack it); examples come from what the folder holds: reward data's
 manifest (prompts), a reward head's metrics.json (prompts and chunk pairs), a router checkpoint's
 provenance (train and calib ids). A `hybridbench run` folder (e.g. small's answers on train, the

@@ -18,7 +18,7 @@ def cost_log(folder, argv: list[str]):
     """Append what one invocation of a training command (`argv`) cost to FOLDER/cost.jsonl when
     it ends (also after an error or an interruption: the line's status says so): wall seconds,
     model loading included, this process's CPU seconds (all its threads: unlike wall time, not
-    inflated while the process is stopped or waits for a lock), and the tokens every Engine
+    inflated while the process is stopped, e.g. a chain paused with SIGSTOP), and the tokens every Engine
     generation in this process emitted. A resumed command adds a line; what a router cost is the
     sum of its lines (`total_cost`)."""
     from harness import engine
