@@ -134,6 +134,16 @@ class TrainConfig:
 
 
 L2_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # searched by `select_l2` when --l2 is not given
+
+
+L2_EXTEND = 4  # values `select_l2` may add above the grid's top while the top is best
+
+
+def l2_search(grid) -> dict:
+    """How --l2 was chosen (kept with the choice: a resumed run reuses only the same search)."""
+    return {"grid": list(grid), "extend_top": L2_EXTEND}
+
+
 # The MLP head: its penalty sums ~230k squared weights (the linear head's, 896), a smaller
 # learning rate, fewer epochs (each costs ~500x the linear head's)
 HEAD_DEFAULTS = {
@@ -295,11 +305,15 @@ def _state(epoch: int, w: torch.Tensor, scale: torch.Tensor, opt) -> dict:
     return {"epoch": epoch, "w": w, "head": w / scale, "optimizer": _copy(opt)}
 
 
-def select_l2(train: Pairs, cfg: TrainConfig, grid=L2_GRID, folds: int = 5) -> tuple[float, dict]:
+def select_l2(
+    train: Pairs, cfg: TrainConfig, grid=L2_GRID, folds: int = 5, extend: int = L2_EXTEND
+) -> tuple[float, dict]:
     """The L2 penalty with the lowest cross-validated loss, and the loss of every candidate.
 
     Folds group pairs by prompt (chunks of one response pair never straddle a fold) and use only
-    `train`, so the held-out prompts stay unseen until the final report."""
+    `train`, so the held-out prompts stay unseen until the final report. While the best value is
+    the grid's largest (the penalty wanted may lie beyond it), the grid grows by its last ratio,
+    at most `extend` more values. Each value's loss is printed as it is found."""
     import random
 
     prompts = sorted(set(train.prompt))
@@ -307,14 +321,20 @@ def select_l2(train: Pairs, cfg: TrainConfig, grid=L2_GRID, folds: int = 5) -> t
     k = min(folds, len(prompts))
     fold = {p: i % k for i, p in enumerate(prompts)}
     of = torch.tensor([fold[p] for p in train.prompt])
-    table = {}
-    for l2 in grid:
+    grid, table = list(grid), {}
+    while len(table) < len(grid):
+        l2 = grid[len(table)]
         total = 0.0
         for i in range(k):
             w = state_head(train_head(train.select(of != i), replace(cfg, l2=l2)))
             e = evaluate(w, train.select(of == i))
             total += e["loss"] * e["n"]
         table[l2] = total / len(train)
+        print(f"  cv loss at --l2 {l2:g}: {table[l2]:.4f}", flush=True)
+        at_edge = len(table) == len(grid) and min(table, key=table.get) == grid[-1]
+        if at_edge and extend > 0 and len(grid) > 1:
+            grid.append(float(f"{grid[-1] * grid[-1] / grid[-2]:.3g}"))
+            extend -= 1
     return min(table, key=table.get), table
 
 
@@ -408,14 +428,15 @@ def run_train_reward(args) -> int:
         grid = d["l2_grid"]
         cv_path, cv_key = (
             out / "l2_cv.json",
-            {**key, "config": asdict(cfg), "holdout": args.holdout},
+            {**key, "config": asdict(cfg), "holdout": args.holdout, "l2_search": l2_search(grid)},
         )
         saved = json.loads(cv_path.read_text()) if cv_path.is_file() else {}
         if saved.get("key") == cv_key:  # an interrupted run: the choice made before it
             cv = {float(k): v for k, v in saved["cv"].items()}
             print(f"--l2 chosen by 5-fold cross-validation before ({cv_path})")
         else:
-            print(f"choosing --l2 from {grid} by 5-fold cross-validation over training prompts")
+            print(f"choosing --l2 from {grid} (extended upward while the largest is best) by "
+                  "5-fold cross-validation over training prompts")  # fmt: skip
             cv = select_l2(train, cfg, grid)[1]
             _atomic_write(cv_path, json.dumps({"key": cv_key, "cv": cv}, indent=1) + "\n")
         best = min(cv, key=cv.get)
@@ -444,6 +465,7 @@ def run_train_reward(args) -> int:
         },
         "score_std": float(torch.cat([score(w, pairs.chosen), score(w, pairs.rejected)]).std()),
         "l2_cv_loss": {str(k): v for k, v in cv.items()},
+        **({"l2_search": l2_search(d["l2_grid"])} if args.l2 is None else {}),
         **key,
     }
     used = sorted({r["id"] for r in records})
@@ -461,8 +483,11 @@ def _finished(out: Path, key: dict, cfg: TrainConfig, args) -> dict | None:
         return None
     m = json.loads(path.read_text())
     saved, want = dict(m.get("config", {})), asdict(cfg)
-    if args.l2 is None:
+    if args.l2 is None:  # chosen by the same search (not by an older one)
         saved.pop("l2", None), want.pop("l2")
+        grid = HEAD_DEFAULTS[args.head]["l2_grid"]
+        if m.get("l2_search") != l2_search(grid):
+            return None
     same = all(m.get(k) == v for k, v in key.items())
     return m if same and saved == want and m.get("holdout") == args.holdout else None
 
