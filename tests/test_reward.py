@@ -460,6 +460,9 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     assert main(cv_run) == 0
     assert "chosen by 5-fold cross-validation before" in capsys.readouterr().out
     assert main(cv_run) == 0 and "already trained" in capsys.readouterr().out
+    for name in ("metrics.json", "l2_cv.json"):  # a new search: the old state is not resumed
+        (tmp_path / "model-cv" / name).unlink()
+    assert main(cv_run) == 0 and "training starts over" in capsys.readouterr().out
     ck = str(model / "reward.pt")
     # the MLP head on the same data and features: a checkpoint the transformers and llama.cpp
     # reward backends both load, scoring alike

@@ -439,6 +439,11 @@ def run_train_reward(args) -> int:
                   "5-fold cross-validation over training prompts")  # fmt: skip
             cv = select_l2(train, cfg, grid)[1]
             _atomic_write(cv_path, json.dumps({"key": cv_key, "cv": cv}, indent=1) + "\n")
+            if (out / "train_state.pt").exists():  # trained with another search's choice
+                print(
+                    f"{out / 'train_state.pt'}: from an earlier --l2 search; training starts over"
+                )
+                (out / "train_state.pt").unlink()
         best = min(cv, key=cv.get)
         cfg = replace(cfg, l2=best)
         print("  cv loss: " + ", ".join(f"{k}: {v:.4f}" for k, v in cv.items()) + f" -> {best}")
