@@ -283,23 +283,26 @@ def test_l2_is_chosen_by_cross_validation_over_prompts():
     """On a separable set the weakest penalty predicts unseen prompts best."""
     pairs, _ = pair_features(tiny_reward(), toy_records())
     best, table = select_l2(pairs, TrainConfig(epochs=10, batch_size=16), grid=(0.01, 10.0))
-    assert best == 0.01 and table[0.01] < table[10.0] < math.log(2)
+    assert best == 0.01 and table[0.01]["loss"] < table[10.0]["loss"] < math.log(2)
+    assert table[0.01]["acc"] >= table[10.0]["acc"] and table[0.01]["acc"] > 0.5
     assert list(table) == [0.01, 10.0]  # the best is not the largest: the grid stays
 
 
 def test_l2_grid_grows_while_its_largest_is_best():
-    """Pairs with no signal: a stronger penalty than the grid's largest does better, so the grid
-    grows by its last ratio (L2_EXTEND values at most) until the loss rises again."""
-    from harness.training.reward import L2_EXTEND, Pairs
+    """The grid grows by its last ratio while its largest value is best (L2_EXTEND values at
+    most), and stops once a value does worse."""
+    from harness.training.reward import grow_grid
 
-    g = torch.Generator().manual_seed(0)
-    n = 120  # and 64 features: a fit learns only noise
-    noise = Pairs(torch.randn(n, 64, generator=g), torch.randn(n, 64, generator=g),
-                  torch.full((n,), 4), tuple(f"p{i // 6}" for i in range(n)))  # fmt: skip
-    best, table = select_l2(noise, TrainConfig(epochs=20, batch_size=16), grid=(0.01, 0.1))
-    grid = list(table)  # grew by 10x steps past the given top, and stopped once the loss rose
-    assert grid == [0.01, 0.1, 1.0, 10.0, 100.0, 1000.0][: len(grid)] and 3 <= len(grid)
-    assert len(grid) <= 2 + L2_EXTEND and table[grid[-1]] > table[best] == min(table.values())
+    seen = []
+
+    def peak_at_30(x):  # a measure whose best lies beyond the grid (0.1, 1)
+        seen.append(x)
+        return -abs(math.log10(x) - math.log10(30))
+
+    table = grow_grid((0.1, 1.0), peak_at_30, key=lambda v: v, extend=4)
+    assert seen == list(table) == [0.1, 1.0, 10.0, 100.0]  # 100 did worse than 10: stop
+    assert list(grow_grid((0.1, 1.0), peak_at_30, key=lambda v: v, extend=1)) == [0.1, 1, 10]
+    assert list(grow_grid((100.0, 1000.0), peak_at_30, key=lambda v: v, extend=4)) == [100, 1000]
 
 
 def test_ties_are_dropped():

@@ -141,7 +141,7 @@ L2_EXTEND = 4  # values `select_l2` may add above the grid's top while the top i
 
 def l2_search(grid) -> dict:
     """How --l2 was chosen (kept with the choice: a resumed run reuses only the same search)."""
-    return {"grid": list(grid), "extend_top": L2_EXTEND}
+    return {"grid": list(grid), "extend_top": L2_EXTEND, "criterion": "cv preference accuracy"}
 
 
 # The MLP head: its penalty sums ~230k squared weights (the linear head's, 896), a smaller
@@ -308,12 +308,14 @@ def _state(epoch: int, w: torch.Tensor, scale: torch.Tensor, opt) -> dict:
 def select_l2(
     train: Pairs, cfg: TrainConfig, grid=L2_GRID, folds: int = 5, extend: int = L2_EXTEND
 ) -> tuple[float, dict]:
-    """The L2 penalty with the lowest cross-validated loss, and the loss of every candidate.
+    """The L2 penalty with the best cross-validated preference accuracy (ties: the lower loss),
+    and {penalty: {"acc", "loss"}} for every candidate.
 
-    Folds group pairs by prompt (chunks of one response pair never straddle a fold) and use only
-    `train`, so the held-out prompts stay unseen until the final report. While the best value is
-    the grid's largest (the penalty wanted may lie beyond it), the grid grows by its last ratio,
-    at most `extend` more values. Each value's loss is printed as it is found."""
+    Accuracy, not loss: the issue chooses heads by preference accuracy, and the router uses only
+    the head's ranking of tokens (a quantile threshold), not its calibration (docs/
+    issue13-results.md, session 17: the CV-loss choice ranked held-out pairs worse). Folds group pairs by prompt
+    (chunks of one response pair never straddle a fold) and use only `train`, so the held-out
+    prompts stay unseen until the final report. Each candidate's figures are printed as found."""
     import random
 
     prompts = sorted(set(train.prompt))
@@ -321,21 +323,33 @@ def select_l2(
     k = min(folds, len(prompts))
     fold = {p: i % k for i, p in enumerate(prompts)}
     of = torch.tensor([fold[p] for p in train.prompt])
-    grid, table = list(grid), {}
-    while len(table) < len(grid):
-        l2 = grid[len(table)]
-        total = 0.0
+
+    def cv(l2: float) -> dict:
+        right = total = 0.0
         for i in range(k):
             w = state_head(train_head(train.select(of != i), replace(cfg, l2=l2)))
             e = evaluate(w, train.select(of == i))
-            total += e["loss"] * e["n"]
-        table[l2] = total / len(train)
-        print(f"  cv loss at --l2 {l2:g}: {table[l2]:.4f}", flush=True)
-        at_edge = len(table) == len(grid) and min(table, key=table.get) == grid[-1]
-        if at_edge and extend > 0 and len(grid) > 1:
+            right, total = right + e["acc"] * e["n"], total + e["loss"] * e["n"]
+        out = {"acc": right / len(train), "loss": total / len(train)}
+        print(f"  cv at --l2 {l2:g}: accuracy {out['acc']:.4f}, loss {out['loss']:.4f}", flush=True)
+        return out
+
+    table = grow_grid(grid, cv, key=lambda v: (v["acc"], -v["loss"]), extend=extend)
+    return max(table, key=lambda g: (table[g]["acc"], -table[g]["loss"])), table
+
+
+def grow_grid(grid, measure, key, extend: int) -> dict:
+    """{value: measure(value)} over `grid`, and while the best (highest `key`) is the grid's
+    largest value (the best may lie beyond it), over one more value at the grid's last ratio,
+    `extend` more at most."""
+    grid, table = list(grid), {}
+    while len(table) < len(grid):
+        table[grid[len(table)]] = measure(grid[len(table)])
+        at_top = max(table, key=lambda g: key(table[g])) == grid[-1]
+        if len(table) == len(grid) and at_top and extend > 0 and len(grid) > 1:
             grid.append(float(f"{grid[-1] * grid[-1] / grid[-2]:.3g}"))
             extend -= 1
-    return min(table, key=table.get), table
+    return table
 
 
 def _copy(opt) -> dict:
@@ -389,8 +403,10 @@ def configure_train_reward(p) -> None:
         "--l2",
         type=float,
         default=None,
-        help="L2 penalty on the head; default: chosen by 5-fold CV over training prompts from "
-        + "; ".join(f"{k} {v['l2_grid']}" for k, v in HEAD_DEFAULTS.items()),
+        help="L2 penalty on the head; default: the best 5-fold CV preference accuracy over "
+        "training prompts among "
+        + "; ".join(f"{k} {v['l2_grid']}" for k, v in HEAD_DEFAULTS.items())
+        + " (grown upward while the largest is best)",
     )
     p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     p.add_argument("--seed", type=int, default=0)
@@ -436,7 +452,7 @@ def run_train_reward(args) -> int:
             print(f"--l2 chosen by 5-fold cross-validation before ({cv_path})")
         else:
             print(f"choosing --l2 from {grid} (extended upward while the largest is best) by "
-                  "5-fold cross-validation over training prompts")  # fmt: skip
+                  "5-fold cross-validated preference accuracy over training prompts")  # fmt: skip
             cv = select_l2(train, cfg, grid)[1]
             _atomic_write(cv_path, json.dumps({"key": cv_key, "cv": cv}, indent=1) + "\n")
             if (out / "train_state.pt").exists():  # trained with another search's choice
@@ -444,9 +460,9 @@ def run_train_reward(args) -> int:
                     f"{out / 'train_state.pt'}: from an earlier --l2 search; training starts over"
                 )
                 (out / "train_state.pt").unlink()
-        best = min(cv, key=cv.get)
+        best = max(cv, key=lambda g: (cv[g]["acc"], -cv[g]["loss"]))
         cfg = replace(cfg, l2=best)
-        print("  cv loss: " + ", ".join(f"{k}: {v:.4f}" for k, v in cv.items()) + f" -> {best}")
+        print(f"  --l2 {best:g}: the best cross-validated preference accuracy")
     key = {**key, "config": asdict(cfg), "holdout": args.holdout}
     state = _fit(train, test, cfg, out / "train_state.pt", key, args.save_every)
     w = state_head(state)
@@ -469,7 +485,7 @@ def run_train_reward(args) -> int:
             "training": round(time.perf_counter() - t0 - t_features, 1),
         },
         "score_std": float(torch.cat([score(w, pairs.chosen), score(w, pairs.rejected)]).std()),
-        "l2_cv_loss": {str(k): v for k, v in cv.items()},
+        "l2_cv": {str(k): v for k, v in cv.items()},  # {penalty: {acc, loss}}, 5-fold
         **({"l2_search": l2_search(d["l2_grid"])} if args.l2 is None else {}),
         **key,
     }
