@@ -280,29 +280,35 @@ def test_mlp_head_learns_what_a_linear_head_cannot_and_resumes():
 
 
 def test_l2_is_chosen_by_cross_validation_over_prompts():
-    """On a separable set the weakest penalty predicts unseen prompts best."""
+    """On a separable set the weakest penalty predicts unseen prompts best (every one ranks all
+    pairs right: the loss breaks the tie), so the grid grows downward past 0.01."""
     pairs, _ = pair_features(tiny_reward(), toy_records())
     best, table = select_l2(pairs, TrainConfig(epochs=10, batch_size=16), grid=(0.01, 10.0))
-    assert best == 0.01 and table[0.01]["loss"] < table[10.0]["loss"] < math.log(2)
-    assert table[0.01]["acc"] >= table[10.0]["acc"] and table[0.01]["acc"] > 0.5
-    assert list(table) == [0.01, 10.0]  # the best is not the largest: the grid stays
+    assert list(table)[-3:] == [1e-5, 0.01, 10.0] and best < 0.01
+    assert table[best]["loss"] <= table[0.01]["loss"] < table[10.0]["loss"] < math.log(2)
+    assert table[best]["acc"] == max(v["acc"] for v in table.values()) > 0.5
 
 
-def test_l2_grid_grows_while_its_largest_is_best():
-    """The grid grows by its last ratio while its largest value is best (L2_EXTEND values at
-    most), and stops once a value does worse."""
+def test_l2_grid_grows_past_an_end_while_that_end_is_best():
+    """The grid grows by its end's last ratio while that end is best (L2_EXTEND values at most
+    each way), and stops once a value does worse."""
     from harness.training.reward import grow_grid
 
+    def peak(at):  # a measure whose best lies at `at`; it logs what it was asked
+        def f(x):
+            seen.append(x)
+            return -abs(math.log10(x) - math.log10(at))
+
+        return f
+
     seen = []
-
-    def peak_at_30(x):  # a measure whose best lies beyond the grid (0.1, 1)
-        seen.append(x)
-        return -abs(math.log10(x) - math.log10(30))
-
-    table = grow_grid((0.1, 1.0), peak_at_30, key=lambda v: v, extend=4)
+    table = grow_grid((0.1, 1.0), peak(30), key=lambda v: v, extend=4)
     assert seen == list(table) == [0.1, 1.0, 10.0, 100.0]  # 100 did worse than 10: stop
-    assert list(grow_grid((0.1, 1.0), peak_at_30, key=lambda v: v, extend=1)) == [0.1, 1, 10]
-    assert list(grow_grid((100.0, 1000.0), peak_at_30, key=lambda v: v, extend=4)) == [100, 1000]
+    seen = []
+    table = grow_grid((1.0, 0.1), peak(0.003), key=lambda v: v, extend=4)
+    assert seen == [0.1, 1.0, 0.01, 0.001, 0.0001] and list(table) == sorted(seen)
+    assert list(grow_grid((0.1, 1.0), peak(30), key=lambda v: v, extend=1)) == [0.1, 1, 10]
+    assert list(grow_grid((1.0, 10.0, 100.0), peak(30), key=lambda v: v, extend=4)) == [1, 10, 100]
 
 
 def test_ties_are_dropped():

@@ -136,12 +136,12 @@ class TrainConfig:
 L2_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # searched by `select_l2` when --l2 is not given
 
 
-L2_EXTEND = 4  # values `select_l2` may add above the grid's top while the top is best
+L2_EXTEND = 4  # values `select_l2` may add past either end of the grid while that end is best
 
 
 def l2_search(grid) -> dict:
     """How --l2 was chosen (kept with the choice: a resumed run reuses only the same search)."""
-    return {"grid": list(grid), "extend_top": L2_EXTEND, "criterion": "cv preference accuracy"}
+    return {"grid": list(grid), "extend_ends": L2_EXTEND, "criterion": "cv preference accuracy"}
 
 
 # The MLP head: its penalty sums ~230k squared weights (the linear head's, 896), a smaller
@@ -339,17 +339,25 @@ def select_l2(
 
 
 def grow_grid(grid, measure, key, extend: int) -> dict:
-    """{value: measure(value)} over `grid`, and while the best (highest `key`) is the grid's
-    largest value (the best may lie beyond it), over one more value at the grid's last ratio,
-    `extend` more at most."""
-    grid, table = list(grid), {}
-    while len(table) < len(grid):
-        table[grid[len(table)]] = measure(grid[len(table)])
-        at_top = max(table, key=lambda g: key(table[g])) == grid[-1]
-        if len(table) == len(grid) and at_top and extend > 0 and len(grid) > 1:
-            grid.append(float(f"{grid[-1] * grid[-1] / grid[-2]:.3g}"))
-            extend -= 1
-    return table
+    """{value: measure(value)} over `grid` (positive, sorted in the result), and while the best
+    (highest `key`) is the grid's largest or smallest value (the best may lie beyond it), over one
+    more value past that end at the ratio of its last step, `extend` more at most at each end."""
+    table = {g: measure(g) for g in sorted(grid)}
+    room = {"up": extend, "down": extend}
+    while len(table) > 1:
+        values = sorted(table)
+        best = max(values, key=lambda g: key(table[g]))
+        if best == values[-1] and room["up"]:
+            room["up"] -= 1
+            new = values[-1] * values[-1] / values[-2]
+        elif best == values[0] and room["down"]:
+            room["down"] -= 1
+            new = values[0] * values[0] / values[1]
+        else:
+            break
+        new = float(f"{new:.3g}")
+        table[new] = measure(new)
+    return dict(sorted(table.items()))
 
 
 def _copy(opt) -> dict:
@@ -406,7 +414,7 @@ def configure_train_reward(p) -> None:
         help="L2 penalty on the head; default: the best 5-fold CV preference accuracy over "
         "training prompts among "
         + "; ".join(f"{k} {v['l2_grid']}" for k, v in HEAD_DEFAULTS.items())
-        + " (grown upward while the largest is best)",
+        + " (grown past an end while that end is best)",
     )
     p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     p.add_argument("--seed", type=int, default=0)
@@ -451,7 +459,7 @@ def run_train_reward(args) -> int:
             cv = {float(k): v for k, v in saved["cv"].items()}
             print(f"--l2 chosen by 5-fold cross-validation before ({cv_path})")
         else:
-            print(f"choosing --l2 from {grid} (extended upward while the largest is best) by "
+            print(f"choosing --l2 from {grid} (grown past an end while that end is best) by "
                   "5-fold cross-validated preference accuracy over training prompts")  # fmt: skip
             cv = select_l2(train, cfg, grid)[1]
             _atomic_write(cv_path, json.dumps({"key": cv_key, "cv": cv}, indent=1) + "\n")
