@@ -611,8 +611,8 @@ FEATURE_BLOCK = 50  # prompts whose features are saved together (an interrupted 
 
 def _features(model, records, key: dict, path: Path) -> tuple[Pairs, int]:
     """Frozen-backbone features of every chunk pair, computed once and cached in `path` without
-    its suffix, FEATURE_BLOCK prompts a file (`00000.pt`, ...: ~5 MB each at 24 layers, so that
-    results/ in git keeps them and a long run resumes on a fresh machine)."""
+    its suffix, FEATURE_BLOCK prompts a file (`00000.pt`, ...: ~5 MB each, so that an
+    interrupted run resumes from the last block)."""
     folder = path.with_suffix("")
     folder.mkdir(parents=True, exist_ok=True)
     blocks, ties = [], 0
