@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import torch
@@ -136,9 +137,11 @@ def run_calibrate(args) -> int:
     else:
         small = engine.backends["small"]
         score = lambda prompt, ids: logit_scores(small, prompt, ids, args.router)  # noqa: E731
+    from tqdm import tqdm
+
     scores = []
-    for ex in examples:  # in example order
-        scores += score(*answers[ex.id])
+    for ex in tqdm(examples, desc=f"{args.router} scores", unit="example", file=sys.stderr):
+        scores += score(*answers[ex.id])  # in example order
     cal = {
         "router": args.router,
         **extra,
