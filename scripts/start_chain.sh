@@ -3,7 +3,8 @@
 # not: installs the project with the model weights and llama.cpp into .venv if it is missing
 # (~12 minutes, llama.cpp builds from source), then runs the chain in the background from a
 # snapshot of HEAD in a separate worktree (bash reads a script while running it, so editing
-# scripts/ here must not change a running chain) that writes into this checkout's results/.
+# scripts/ or the Python code here must not change a running chain) that writes into this
+# checkout's results/.
 #
 #   bash scripts/start_chain.sh [WORKTREE]      # default ../run-tree; log: ../logs/heavy-chain.log
 #   python scripts/chain_status.py              # progress
@@ -28,5 +29,9 @@ git worktree prune
 git worktree add -q --detach "$TREE" HEAD
 rm -rf "$TREE/results" && ln -s "$ROOT/results" "$TREE/results" && ln -s "$ROOT/.venv" "$TREE/.venv"
 cd "$TREE"
-nohup bash -c '. .venv/bin/activate && exec bash scripts/heavy_chain.sh' >> "$LOG" 2>&1 &
+# PYTHONPATH: the snapshot's Python code too, not this checkout's (the editable install in .venv
+# points here), so that edits here leave the chain alone and each run's manifest records the
+# snapshot's commit (harness.runner.git_commit reads the code's own checkout)
+nohup bash -c '. .venv/bin/activate && export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" &&
+    exec bash scripts/heavy_chain.sh' >> "$LOG" 2>&1 &
 echo "chain started at $(git rev-parse --short HEAD) in $TREE (pid $!); log: $LOG"
