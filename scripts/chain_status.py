@@ -57,7 +57,9 @@ def run_status(folder: Path) -> str:
 
 def training_status(folder: Path) -> str:
     """Its finished files and the wall hours of its cost.jsonl (every invocation)."""
-    final = sorted(f for f in FINAL if (folder / f).exists())
+    final = sorted(f for f in FINAL if (folder / f).exists()) or sorted(
+        f.name for f in folder.glob("*.json") if f.name != "manifest.json"
+    )  # a calibration folder: one file per router
     cost = folder / "cost.jsonl"
     hours = 0.0
     if cost.exists():

@@ -203,6 +203,10 @@ def test_chain_status_reads_runs_training_folders_and_the_reference_check(tmp_pa
     ref = tmp_path / "reference"
     ref.mkdir()
     (ref / "gsm8k-small.jsonl").write_text("{}\n{}\n{}\n")
+    cal = tmp_path / "edition2" / "calibration" / "gsm8k"  # calibrate's files, one per router
+    cal.mkdir(parents=True)
+    (cal / "entropy.json").write_text("{}")
+    (cal / "cost.jsonl").write_text(json.dumps({"wall_s": 360}) + "\n")
     out = []
     for root in ("validity", "train13", "reference", "edition2"):
         out += status.lines(tmp_path / root)
@@ -210,7 +214,8 @@ def test_chain_status_reads_runs_training_folders_and_the_reference_check(tmp_pa
     assert out[0] == f"{run}: done 4/10, 6 to go, ~0.3 h at 20 examples/h"
     assert out[1] == f"{train}: citer.pt; 2.00 h so far"
     assert out[2] == f"{ref / 'gsm8k-small.jsonl'}: 3 examples checked"
-    assert out[3] == f"{tmp_path / 'edition2'}: not started"
+    assert out[3] == f"{cal}: entropy.json; 0.10 h so far"
+    assert status.lines(tmp_path / "edition3") == [f"{tmp_path / 'edition3'}: not started"]
     manifest["limit"] = 1000  # all of the split: gsm8k's test split holds 678
     (run / "manifest.json").write_text(json.dumps(manifest))
     assert status.run_status(run).startswith("done 4/678, 674 to go")
