@@ -24,7 +24,7 @@ from harness.costmodel import PROFILES, modeled_latency
 from harness.errors import UserError
 from harness.frontier import aiq, apgr, cpt, pgr
 from reports.load import REFERENCES, load_runs, read_records
-from reports.plots import PLOTS, reference
+from reports.plots import CAPTIONS, PLOTS, reference
 
 GB = 1e9
 CONTROLS = {"query": "random_query"}  # the control of each router; the others: `random`
@@ -513,7 +513,8 @@ CSS = (
     "table{border-collapse:collapse;margin:1em 0;font-size:14px}"
     "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}"
     "th{background:#f0f0f0}tr:nth-child(even){background:#fafafa}"
-    "img{max-width:100%;display:block;margin:1em 0}td.num{white-space:nowrap}"
+    "img{max-width:100%;display:block;margin:0.5em 0}td.num{white-space:nowrap}"
+    "figure{margin:1.5em 0}figcaption{font-weight:bold}"
 )
 NUMERIC = re.compile(r"^[-+]?(\d|—$)")
 
@@ -552,9 +553,12 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
             png = plot(g)
             file = f"{name}_{slug(str(task))}.png"
             (out / file).write_bytes(png)
-            md += [f"![{name}]({file})", ""]
+            md += [f"*{CAPTIONS[name]}*", "", f"![{name}]({file})", ""]
             data = base64.b64encode(png).decode("ascii")
-            body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+            body.append(
+                f"<figure><figcaption>{html.escape(CAPTIONS[name])}</figcaption>"
+                f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}"></figure>'
+            )
         tables = [routers_table(routers), paired_table(g, cache), speed_table(g, routers, cache)]
         if moved is not None and moved.any():
             tables.append(transfer_table(g_all[moved]))

@@ -173,10 +173,23 @@ def bytes_per_model(df: pd.DataFrame) -> bytes:
     return _png(fig)
 
 
-# name -> plot; the report writes `<name>_<task>.png` for each.
+# name -> plot; the report writes `<name>_<task>.png` for each, under its caption.
 PLOTS = {
     "quality_vs_share": quality_vs_share,
     "share_vs_setting": share_vs_setting,
     "throughput_vs_setting": throughput_vs_setting,
     "bytes_per_model": bytes_per_model,
+}
+
+# name -> the heading the report shows above the plot (a figure of small multiples or bars has no
+# title of its own; each panel is titled only by its router)
+CAPTIONS = {
+    "quality_vs_share": "Quality against the large model's share of tokens (left) and of calls "
+    "(right), each router a line with its 95% interval; dashed: small-only and large-only",
+    "share_vs_setting": "Large-token share (solid) and large-call share (dashed) against each "
+    "router's setting, a panel per router",
+    "throughput_vs_setting": "Measured decode throughput on this machine against each router's "
+    "setting, a panel per router; dashed: small-only and large-only",
+    "bytes_per_model": "Memory traffic per example (GB read: weights and KV cache), one bar per "
+    "run, split by model",
 }

@@ -263,7 +263,7 @@ def test_citer_share_recalibrates_tau(tmp_path):
 
 def test_cost_log_records_failures_too(tmp_path):
     from harness import engine
-    from harness.training.common import cost_log, total_cost
+    from harness.training.common import cost_log, nothing_to_do, total_cost
 
     with pytest.raises(RuntimeError), cost_log(tmp_path, ["train-x"]):
         engine.GENERATED[0] += 7
@@ -276,6 +276,15 @@ def test_cost_log_records_failures_too(tmp_path):
     assert (
         total_cost(tmp_path)["tokens_generated"] == 12 and total_cost(tmp_path)["invocations"] == 2
     )
+    with cost_log(tmp_path, ["train-x"]):  # found its work done: no line
+        nothing_to_do()
+    with pytest.raises(RuntimeError), cost_log(tmp_path, ["train-x"]):  # a failure still logs
+        nothing_to_do()
+        raise RuntimeError("boom")
+    with cost_log(tmp_path, ["train-x"]):  # the flag does not outlive its invocation
+        pass
+    rows = [json.loads(x)["status"] for x in (tmp_path / "cost.jsonl").read_text().splitlines()]
+    assert rows == ["failed", "done", "failed", "done"]
 
 
 def test_mlp_training_learns_a_separable_signal():

@@ -1,5 +1,6 @@
 """reports: loading result folders, the leaderboard files, determinism, and no model imports."""
 
+import html
 import json
 import math
 import subprocess
@@ -13,6 +14,7 @@ from harness.metrics import summarize
 from reports import load_runs, write_report
 from reports.demo import write_demo_results
 from reports.load import read_records, setting_label, setting_value
+from reports.plots import CAPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,6 +86,10 @@ def test_write_report_files(results, tmp_path):
     assert "| router | setting | n | quality [95% CI] |" in md and "![quality_vs_share](" in md
     for png in (tmp_path / "report").glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every plot under a heading of its own (the per-router panels and the bytes bars had none)
+    for name, caption in CAPTIONS.items():
+        assert f'<figure><figcaption>{html.escape(caption)}</figcaption><img alt="{name}"' in page
+        assert f"*{caption}*\n\n![{name}](" in md
 
 
 def test_write_report_is_deterministic(results, tmp_path):

@@ -417,6 +417,10 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     assert [c["tokens_generated"] for c in cost] == [sum(made), sum(made[4:])]
     assert [c["status"] for c in cost] == ["done", "done"] and cost[0]["argv"] == argv
     assert total_cost(data)["tokens_generated"] == sum(made) + sum(made[4:])
+    capsys.readouterr()
+    assert main(argv) == 0  # complete: nothing loaded or decoded, no cost line (chain restarts)
+    assert "6 prompts (0 new)" in capsys.readouterr().out
+    assert total_cost(data)["invocations"] == 2
 
     train = [
         "train-reward",
@@ -457,6 +461,7 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "already trained with these settings" in out and "accuracy by task: " in out
     assert (model / "metrics.json").stat().st_mtime_ns == stamp
+    assert total_cost(model)["invocations"] == 1  # the re-run that did nothing logged no cost
     (model / "metrics.json").unlink()  # cut before the end: resumes from train_state.pt
     assert main(train) == 0 and "already trained" not in capsys.readouterr().out
     assert json.loads((model / "metrics.json").read_text())["final"] == metrics["final"]

@@ -11,6 +11,14 @@ from pathlib import Path
 from harness.errors import UserError
 
 COST_LOG = "cost.jsonl"  # one line per invocation of a training command, in its output folder
+_NOTHING_DONE = [False]
+
+
+def nothing_to_do() -> None:
+    """Say that this invocation found its work already done (a finished run re-invoked, as a
+    restarted chain does): `cost_log` then adds no line, so the invocation counts stay those of
+    the work itself."""
+    _NOTHING_DONE[0] = True
 
 
 @contextlib.contextmanager
@@ -20,11 +28,12 @@ def cost_log(folder, argv: list[str]):
     model loading included, this process's CPU seconds (all its threads: unlike wall time, not
     inflated while the process is stopped, e.g. a chain paused with SIGSTOP), and the tokens every Engine
     generation in this process emitted. A resumed command adds a line; what a router cost is the
-    sum of its lines (`total_cost`)."""
+    sum of its lines (`total_cost`); one that did nothing (`nothing_to_do`) adds none."""
     from harness import engine
 
     rec = {"argv": list(argv), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     t0, c0, g0, status = time.monotonic(), time.process_time(), engine.GENERATED[0], "interrupted"
+    _NOTHING_DONE[0] = False
     try:
         yield
         status = "done"
@@ -32,16 +41,17 @@ def cost_log(folder, argv: list[str]):
         status = "failed"
         raise
     finally:
-        rec.update(
-            status=status,
-            wall_s=round(time.monotonic() - t0, 1),
-            cpu_s=round(time.process_time() - c0, 1),
-            tokens_generated=engine.GENERATED[0] - g0,
-        )
-        path = Path(folder) / COST_LOG
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(rec) + "\n")
+        if not (status == "done" and _NOTHING_DONE[0]):
+            rec.update(
+                status=status,
+                wall_s=round(time.monotonic() - t0, 1),
+                cpu_s=round(time.process_time() - c0, 1),
+                tokens_generated=engine.GENERATED[0] - g0,
+            )
+            path = Path(folder) / COST_LOG
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(rec) + "\n")
 
 
 def total_cost(out) -> dict:

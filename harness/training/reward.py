@@ -43,6 +43,7 @@ import torch
 
 from harness.errors import UserError
 from harness.metrics import ratio_ci
+from harness.training.common import nothing_to_do
 
 
 def preference_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
@@ -439,6 +440,7 @@ def run_train_reward(args) -> int:
         print(f"{out / 'metrics.json'}: already trained with these settings (another --out, or "
               "delete it, to train again)")  # fmt: skip
         _summary(out, done)
+        nothing_to_do()
         return 0
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -41,6 +41,7 @@ from pathlib import Path
 from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
+from harness.training.common import nothing_to_do
 
 DEFAULT_TASKS = ("gsm8k", "mbpp", "mmlu", "arc_challenge", "commonsense_qa")
 
@@ -281,8 +282,12 @@ def run_reward_data(args) -> int:
     }
     identity = json.loads(json.dumps(identity))
     _open(out, {**identity, "example_ids": [ex.id for _, ex in prompts]})
-    engine = engine_from_args(args)
-    added = synthesize(engine, prompts, cfg, out / "pairs.jsonl")
+    done = {r["id"] for r in read_pairs(out / "pairs.jsonl")}
+    if all(ex.id in done for _, ex in prompts):  # complete: no models to load, no cost to log
+        nothing_to_do()
+        added = 0
+    else:
+        added = synthesize(engine_from_args(args), prompts, cfg, out / "pairs.jsonl")
     rows = read_pairs(out / "pairs.jsonl")
     n_chunks = sum(len(r["chunks"]) for r in rows)
     ties = sum(c["chosen"] == c["rejected"] for r in rows for c in r["chunks"])
