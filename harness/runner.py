@@ -127,6 +127,10 @@ def run_run(args, engine=None) -> int:
             session["batch_probe"] = engine.batch_probe
         if getattr(router, "costs", None):  # measured pass costs an adaptive schedule uses
             session["pass_costs"] = router.costs
+        if reuse and reuse["mode"] == "oracle":  # the costs the replay's modeled clock uses
+            from harness.batching import pass_cost_record
+
+            session["pass_costs"] = pass_cost_record(engine)
         manifest.setdefault("sessions", []).append(session)
         _write_json(out / "manifest.json", manifest)
         try:

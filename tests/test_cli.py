@@ -260,6 +260,8 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
     # the oracle was replayed from the demo's own large run (its throughput modeled)
     oracle = json.loads((tmp_path / "demo" / "gsm8k" / "oracle" / "manifest.json").read_text())
     assert oracle["sessions"][0]["reused"]["examples"] == 2 and "modeled)" in rows[2]
+    costs = oracle["sessions"][0]["pass_costs"]  # what its modeled clock charged, and how quiet
+    assert set(costs["seconds"]) == {"small", "large"} and "others_cores" in costs
     assert len(loads) == 1  # one pair loaded for the demo's three runs
 
 
