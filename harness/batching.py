@@ -282,6 +282,24 @@ def _time_passes(backend, sizes, rounds: int) -> dict[str, float]:
     return {n: out[n] for n in sorted(out, key=int)}
 
 
+SIMD = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+        "amx_tile", "neon", "asimd", "sve")  # fmt: skip
+
+
+def cpu_features() -> list[str]:
+    """The SIMD extensions of `SIMD` the processor has (/proc/cpuinfo flags; [] elsewhere):
+    two machines sold under one brand ("AMD EPYC") differed 2-3x in llama.cpp's speed, one with
+    AVX-512 and one without."""
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in SIMD if f in have]
+    except OSError:
+        pass
+    return []
+
+
 def cpu_brand() -> str:
     """The processor's model name (/proc/cpuinfo), else platform.processor()."""
     try:

@@ -499,12 +499,14 @@ def git_commit() -> str:
 
 
 def machine() -> dict:
-    """Where this runs: platform, processor (its brand on Linux) and CPU count."""
-    from harness.batching import cpu_brand
+    """Where this runs: platform, processor (its brand on Linux), its SIMD extensions and CPU
+    count."""
+    from harness.batching import cpu_brand, cpu_features
 
     return {
         "platform": platform.platform(),
         "processor": platform.processor(),
         "cpu": cpu_brand(),
+        "cpu_features": cpu_features(),
         "cpus": os.cpu_count(),
     }

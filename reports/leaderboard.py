@@ -422,6 +422,21 @@ def cost_table(df: pd.DataFrame) -> Table:
     return Table("Cost: wall time on the machine that ran each run", header, tuple(rows))
 
 
+def _machine_text(cpu: str, mach: dict, probe: dict | None) -> str:
+    """'AMD EPYC, 2 CPUs, avx/avx2/fma/f16c, probe 2026-11-24: large's 16-sequence step 0.678 s':
+    one brand covered machines 2-3x apart in speed, so the SIMD extensions (recorded from
+    2026-11-24 on) and the batch probe's slowest measured step tell them apart."""
+    text = f"{cpu}, {mach.get('cpus', '?')} CPUs"
+    if mach.get("cpu_features"):
+        text += ", " + "/".join(mach["cpu_features"])
+    steps = ((probe or {}).get("step_seconds") or {}).get("large") or {}
+    if steps:
+        b = max(steps, key=int)
+        text += (f", probe {str(probe.get('measured', '?'))[:10]}: large's {b}-sequence step "
+                 f"{float(steps[b]):.3f} s")  # fmt: skip
+    return text
+
+
 def setup_table(df: pd.DataFrame) -> Table:
     """What the runs were made with, from their manifests and sessions: machines, dates, code
     commits, models (source, GGUF types, sha256), backends, batch sizes, decoding."""
@@ -436,7 +451,7 @@ def setup_table(df: pd.DataFrame) -> Table:
             mach = {**(m.get("machine") or {}), **(where.get("machine") or {})}
             cpu = mach.get("cpu") or (where.get("batch_probe") or {}).get("cpu")  # older runs
             if cpu:
-                found["machine"].add(f"{cpu}, {mach.get('cpus', '?')} CPUs")
+                found["machine"].add(_machine_text(cpu, mach, where.get("batch_probe")))
             if where.get("git_commit"):
                 found["commit"].add(str(where["git_commit"])[:12])
             if where.get("started"):

@@ -302,6 +302,11 @@ def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
                    "git_commit": "f" * 40, "started": "2025-02-03T04:05:06+0000",
                    "machine": {"cpu": "Test CPU @ 1GHz", "cpus": 3}}],
     }  # fmt: skip
+    sessions["small"][2].update(  # another machine of the same brand
+        machine={"cpu": "Test CPU @ 1GHz", "cpus": 3, "cpu_features": ["avx2"]},
+        batch_probe={"measured": "2025-02-04T00:00:00+0000",
+                     "step_seconds": {"large": {"1": 0.5, "16": 2.0}}},
+    )  # fmt: skip
     for run, s in sessions.items():
         manifest = json.loads((copy / run / "manifest.json").read_text())
         manifest["sessions"] = s
@@ -317,7 +322,13 @@ def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
     assert "- Cost: what each run took" in md
     setup = md.split("### Setup (from the run manifests)")[1].split("###")[0]
     assert "| dates | 2025-01-01 to 2025-02-03 |" in setup  # the runs' starts, then the session
-    assert "Test CPU @ 1GHz, 3 CPUs" in setup.split("| machine |")[1].split("\n")[0]
+    machines = setup.split("| machine |")[1].split("\n")[0]
+    # one brand, two machines: told apart by their SIMD extensions and batch probe
+    assert "Test CPU @ 1GHz, 3 CPUs;" in machines
+    assert (
+        "Test CPU @ 1GHz, 3 CPUs, avx2, probe 2025-02-04: large's 16-sequence step 2.000 s"
+        in machines
+    )
     assert f"| code commits | {'0' * 12}; {'f' * 12} |" in setup  # the demo's, the session's
     assert "| batch sizes | 1; 8; 16 |" in setup
     plain = (write_report(results, tmp_path / "plain").parent / "leaderboard.md").read_text()
