@@ -300,6 +300,23 @@ def cpu_features() -> list[str]:
     return []
 
 
+def machine_id() -> str:
+    """A random id made once per cache folder (cache_dir()/machine-id), the folder that keeps
+    this machine's batch probes and pass costs: sessions that share it ran on one machine, and
+    a machine that came new (an empty cache) gets another, even under the same CPU brand."""
+    import uuid
+
+    from harness.models import cache_dir
+
+    path = cache_dir() / "machine-id"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"machine-id.{os.getpid()}")
+        tmp.write_text(uuid.uuid4().hex[:12] + "\n")
+        tmp.replace(path)
+    return path.read_text().strip()
+
+
 def cpu_brand() -> str:
     """The processor's model name (/proc/cpuinfo), else platform.processor()."""
     try:

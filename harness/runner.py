@@ -499,11 +499,12 @@ def git_commit() -> str:
 
 
 def machine() -> dict:
-    """Where this runs: platform, processor (its brand on Linux), its SIMD extensions and CPU
-    count."""
-    from harness.batching import cpu_brand, cpu_features
+    """Where this runs: platform, processor (its brand on Linux), its SIMD extensions, CPU
+    count, and the id of the machine's cache (`harness.batching.machine_id`)."""
+    from harness.batching import cpu_brand, cpu_features, machine_id
 
     return {
+        "id": machine_id(),
         "platform": platform.platform(),
         "processor": platform.processor(),
         "cpu": cpu_brand(),

@@ -262,6 +262,11 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
     assert oracle["sessions"][0]["reused"]["examples"] == 2 and "modeled)" in rows[2]
     costs = oracle["sessions"][0]["pass_costs"]  # what its modeled clock charged, and how quiet
     assert set(costs["seconds"]) == {"small", "large"} and "others_cores" in costs
+    from harness.batching import machine_id
+
+    ids = {json.loads((tmp_path / "demo" / "gsm8k" / r / "manifest.json").read_text())
+           ["sessions"][0]["machine"]["id"] for r in ("small", "large", "oracle")}  # fmt: skip
+    assert ids == {machine_id()} and len(machine_id()) == 12  # one machine, one id
     assert len(loads) == 1  # one pair loaded for the demo's three runs
 
 
