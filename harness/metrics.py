@@ -305,6 +305,16 @@ def latency(records: Sequence[dict]) -> dict[str, float]:
     }
 
 
+def rate_sessions(manifest: Mapping) -> list[dict]:
+    """The sessions a run's throughput is measured over (`throughput`): those with wall seconds
+    at the largest batch size any of them used that decoded examples (all of them with wall
+    seconds when none at that size did)."""
+    sessions = [s for s in manifest.get("sessions") or [] if s.get("wall_s")]
+    batch = max([int(s.get("batch", 1)) for s in sessions] or [1])
+    at_batch = [s for s in sessions if int(s.get("batch", 1)) == batch and s.get("examples")]
+    return at_batch or sessions
+
+
 def throughput(manifest: Mapping) -> dict[str, float]:
     """A run's throughput from its manifest's `sessions` (one per invocation of `run`):
 
@@ -317,13 +327,10 @@ def throughput(manifest: Mapping) -> dict[str, float]:
     throughput_modeled    True when a session reused answers decoded by other runs (`run
                           --reuse-answers`): its wall seconds add their decoding time there
     """
-    sessions = [s for s in manifest.get("sessions") or [] if s.get("wall_s")]
-    batch = max([int(s.get("batch", 1)) for s in sessions] or [1])
-    at_batch = [s for s in sessions if int(s.get("batch", 1)) == batch and s.get("examples")]
-    sessions = at_batch or sessions
+    sessions = rate_sessions(manifest)
     wall = sum(float(s["wall_s"]) for s in sessions)
     return {
-        "batch": batch,
+        "batch": max([int(s.get("batch", 1)) for s in sessions] or [1]),
         "throughput_tok_per_s": _ratio(sum(s.get("tokens", 0) for s in sessions), wall),
         "examples_per_hour": _ratio(3600 * sum(s.get("examples", 0) for s in sessions), wall),
         "throughput_modeled": any(s.get("reused", {}).get("examples") for s in sessions),

@@ -23,7 +23,7 @@ from harness import metrics
 from harness.costmodel import PROFILES, modeled_latency
 from harness.errors import UserError
 from harness.frontier import aiq, apgr, cpt, pgr
-from reports.load import REFERENCES, load_runs, read_records
+from reports.load import REFERENCES, add_speed, anchor_runs, load_runs, read_records
 from reports.plots import CAPTIONS, PLOTS, reference
 
 GB = 1e9
@@ -41,8 +41,8 @@ DEFINITIONS = (
     "APGR (RouteLLM): area under PGR = (q - q_small) / (q_large - q_small) over large share "
     "in [0, 1], the curve anchored at (0, small only) and (1, large only); 0.5 = random mixing.",
     f"Quality goal: per router, its run with the highest quality among those at a large-token "
-    f"share <= {GOAL_SHARE:g}; recovered = PGR of that quality; its throughput (measured, all "
-    "streams; modeled where marked; decode tok/s for runs that predate it) / large-only's; the "
+    f"share <= {GOAL_SHARE:g}; recovered = PGR of that quality; its throughput / large-only's "
+    "on the same machine (see Throughput; modeled where marked); the "
     "oracle's row: the share at which the "
     "oracle (large's token wherever small's would differ) reaches its quality.",
     "CPT(x%) (RouteLLM): least large-token share at which the interpolated curve reaches PGR x%.",
@@ -54,8 +54,15 @@ DEFINITIONS = (
     "for query; small-only and large-only count as either at shares 0 and 1, being the same policies) whose large-token share is nearest, on the examples both scored: mean difference "
     f"of the primary metric with a 95% paired bootstrap CI; 'matched' when the shares are within "
     f"{MATCH:g}. better / worse: the CI excludes 0; otherwise no difference was detected.",
-    "Throughput: emitted tokens (examples) per wall second (hour) on the machine that ran the "
-    "sweep, all streams of a batch together (batch = sequences decoded at once); measured. "
+    "Throughput: emitted tokens (examples) per wall second (hour) on the machine(s) that ran "
+    "the run, all streams of a batch together (batch = sequences decoded at once); measured. "
+    "Throughput / large-only: a run's tokens over those large-only would have emitted in the "
+    "same wall time on the same machine, machine by machine (sum of tokens / sum of wall x "
+    "large-only's tok/s there); machines are told apart by recorded id or by the batch probe "
+    "their sessions shared (A, B, ...: the setup table), large-only's rate on each pools the "
+    "task's large row and its speed anchors (large-only on the first examples, decoded on a "
+    "machine that ran too little of the row); '—' where large-only never ran on that machine. "
+    "Runs that predate recorded sessions: decode tok/s / large-only's. "
     "Modeled tok/s: the same tokens under the bandwidth cost model of a hardware profile "
     "(harness/costmodel.py: seed-xeon-a100 = small on a Xeon, large on a remote A100; h100 = "
     "both on one H100); modeled, not measured.",
@@ -175,7 +182,7 @@ def runs_table(df: pd.DataFrame, routers: pd.DataFrame) -> Table:
                 _num(a_call),
                 _num(r.get("bytes_total", math.nan) / GB, 2),
                 _num(r.get("bytes_large", math.nan) / GB, 2),
-                _num(r["tok_per_s"], 2),
+                _speed_cell(r),
             )
         )
     header = (
@@ -189,7 +196,7 @@ def runs_table(df: pd.DataFrame, routers: pd.DataFrame) -> Table:
         "APGR (call)",
         "GB moved/example",
         "of which large",
-        "tok/s",
+        "throughput / large-only",
     )
     return Table("Runs", header, tuple(rows))
 
@@ -198,11 +205,7 @@ def goal_table(df: pd.DataFrame) -> Table:
     """The quality goal, per router: its best run at a large-token share <= GOAL_SHARE (the
     oracle's run whatever its share), the gap it recovers and its speed relative to large's."""
     q_small, q_large = reference(df, "small", "quality"), reference(df, "large", "quality")
-    # runs from before throughput was kept per session have only their decode rate
-    speed = "throughput_tok_per_s"
-    if speed not in df or math.isnan(reference(df, "large", speed)):
-        speed = "tok_per_s"
-    large_rate = reference(df, "large", speed)
+    df = df if "vs_large" in df else add_speed(df)
     best = []
     for router, g in df[~df["router"].isin(REFERENCES)].groupby("router"):
         if router != "oracle":
@@ -212,8 +215,6 @@ def goal_table(df: pd.DataFrame) -> Table:
     best.sort(key=lambda r: (-r["quality"], r["router"]))  # PGR's order where there is a gap
     rows = []
     for r in best:
-        rate = r.get(speed, math.nan)
-        mark = " (modeled)" if str(r.get("throughput_modeled")) == "True" else ""
         rows.append(
             (
                 r["router"],
@@ -221,13 +222,23 @@ def goal_table(df: pd.DataFrame) -> Table:
                 _num(r["large_token_share"]),
                 quality_cell(r),
                 _pct(pgr(r["quality"], q_small, q_large)),
-                _num(rate / large_rate if large_rate else math.nan, 2) + mark,
+                _speed_cell(r),
             )
         )
     header = ("router", "setting", "large token share", "quality [95% CI]", "gap recovered",
               "throughput / large-only")  # fmt: skip
     title = f"Quality goal: the most of the small-to-large gap at <= {GOAL_SHARE:g} large tokens"
     return Table(title, header, tuple(rows))
+
+
+def _modeled(r) -> str:
+    """' (modeled)' for a run whose answers came from other runs (its clock is modeled)."""
+    return " (modeled)" if str(r.get("throughput_modeled")) == "True" else ""
+
+
+def _speed_cell(r) -> str:
+    """A run's throughput / large-only's on the same machine(s) (`reports.load.add_speed`)."""
+    return _num(r.get("vs_large", math.nan), 2) + _modeled(r)
 
 
 def routers_table(routers: pd.DataFrame) -> Table:
@@ -305,23 +316,56 @@ def speed_table(df: pd.DataFrame, routers: pd.DataFrame, cache: dict) -> Table:
         records = _scores(r["path"], cache)
         modeled = [modeled_latency(records, manifest, PROFILES[p]) for p in PROFILE_COLUMNS]
         # answers reused from small-only / large-only runs: their decoding time is modeled
-        mark = " (modeled)" if str(r.get("throughput_modeled")) == "True" else ""
+        mark = _modeled(r)
         rows.append(
             (
                 r["router"],
                 r["setting"] or "—",
                 _num(r.get("batch", math.nan), 0),
+                r.get("machines") or "—",
                 _num(r.get("throughput_tok_per_s", math.nan), 2) + mark,
                 _num(r.get("examples_per_hour", math.nan), 1) + mark,
+                _speed_cell(r),
                 *(_num(m["modeled_tok_per_s"], 1) for m in modeled),
             )
         )
-    header = ("router", "setting", "batch", "tok/s (measured)", "examples/hour (measured)",
+    header = ("router", "setting", "batch", "machines (examples)", "tok/s (measured)",
+              "examples/hour (measured)", "throughput / large-only, same machine",
               *(f"tok/s modeled, {p}" for p in PROFILE_COLUMNS))  # fmt: skip
     return Table("Throughput (measured) and modeled speed", header, tuple(rows))
 
 
 PROFILE_COLUMNS = ("seed-xeon-a100", "h100")
+
+
+def large_table(df: pd.DataFrame, anchors: pd.DataFrame) -> Table:
+    """Large-only's throughput on each machine, the denominator of every 'throughput /
+    large-only' ratio: the task's large row and its speed anchors, pooled per machine."""
+    import json
+
+    runs = pd.concat([df[df["router"] == "large"], anchors], ignore_index=True)
+    pooled: dict[str, list] = {}
+    for _, r in runs.sort_values("run").iterrows():
+        for machine, d in json.loads(r.get("machine_rates") or "{}").items():
+            p = pooled.setdefault(machine, [[], 0.0, 0.0, 0.0])
+            p[0].append(f"{r['run']} ({int(d['examples'])})")
+            p[1] += d["examples"]
+            p[2] += d["tokens"]
+            p[3] += d["wall_s"]
+    rows = tuple(
+        (
+            m,
+            "; ".join(names),
+            _num(ex, 0),
+            _num(tok, 0),
+            _num(wall, 0),
+            _num(tok / wall if wall else math.nan, 2),
+        )  # fmt: skip
+        for m, (names, ex, tok, wall) in sorted(pooled.items())
+    )
+    header = ("machine", "large-only runs (examples)", "examples", "tokens", "wall seconds",
+              "tok/s")  # fmt: skip
+    return Table("Large-only on each machine (the throughput ratios' denominators)", header, rows)
 
 
 def device_tables(paths: list[Path]) -> list[Table]:
@@ -432,8 +476,11 @@ def _machine_text(cpu: str, mach: dict, probe: dict | None) -> str:
     steps = ((probe or {}).get("step_seconds") or {}).get("large") or {}
     if steps:
         b = max(steps, key=int)
-        text += (f", probe {str(probe.get('measured', '?'))[:10]}: large's {b}-sequence step "
-                 f"{float(steps[b]):.3f} s")  # fmt: skip
+        # a router's own step shape (speculative: k + 1 tokens per sequence) costs more
+        tokens = ((probe.get("shape") or {}).get("large") or [1, 1])[1]
+        each = f" of {tokens} tokens each" if tokens > 1 else ""
+        text += (f", probe {str(probe.get('measured', '?'))[:10]}: large's {b}-sequence step"
+                 f"{each} {float(steps[b]):.3f} s")  # fmt: skip
     return text
 
 
@@ -442,15 +489,23 @@ def setup_table(df: pd.DataFrame) -> Table:
     commits, models (source, GGUF types, sha256), backends, batch sizes, decoding."""
     import json
 
+    df = df if "session_machines" in df else add_speed(df)
     found: dict[str, set] = {k: set() for k in ("machine", "dates", "commit", "small", "large",
                                                 "backend", "batch", "decoding")}  # fmt: skip
-    for path in df["path"]:
+    latest: dict[str, tuple[str, str]] = {}  # machine label -> its latest session's description
+    for path, labels in zip(df["path"], df["session_machines"], strict=True):
         m = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
         sessions = m.get("sessions") or []
-        for where in [m, *sessions]:
+        labels = json.loads(labels)
+        for i, where in enumerate([m, *sessions]):
             mach = {**(m.get("machine") or {}), **(where.get("machine") or {})}
             cpu = mach.get("cpu") or (where.get("batch_probe") or {}).get("cpu")  # older runs
-            if cpu:
+            if cpu and i and i <= len(labels):  # a session: described under its machine's label
+                text = _machine_text(cpu, mach, where.get("batch_probe"))
+                when = str(where.get("started", ""))
+                if when >= latest.get(labels[i - 1], ("", ""))[0]:
+                    latest[labels[i - 1]] = (when, text)
+            elif cpu and not sessions:
                 found["machine"].add(_machine_text(cpu, mach, where.get("batch_probe")))
             if where.get("git_commit"):
                 found["commit"].add(str(where["git_commit"])[:12])
@@ -466,11 +521,12 @@ def setup_table(df: pd.DataFrame) -> Table:
                 found["backend"].add(str(info.get("backend", "?")))
         found["decoding"].add(f"temperature {m.get('temperature', '?')}, "
                               f"max new tokens {m.get('max_new_tokens', '?')}")  # fmt: skip
+    found["machine"] |= {f"{label}: {text}" for label, (_, text) in latest.items()}
     if not found["machine"]:  # runs from before sessions kept their machine
         found["machine"] = {"not recorded (see the provenance table)"}
     dates = sorted(found.pop("dates"))
     rows = [("dates", f"{dates[0]} to {dates[-1]}" if dates else "—")]
-    names = {"machine": "machine", "commit": "code commits", "small": "small model",
+    names = {"machine": "machines", "commit": "code commits", "small": "small model",
              "large": "large model", "backend": "backends", "batch": "batch sizes",
              "decoding": "decoding"}  # fmt: skip
     rows += [(names[k], "; ".join(str(x) for x in sorted(v)) or "—") for k, v in found.items()]
@@ -546,6 +602,13 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
     df = load_runs(results_dir)
     if not len(df):
         raise UserError(f"no runs (folders with manifest.json) under {str(results_dir)!r}")
+    # speed anchors (large-only on another machine) label machines and pool large's rates with
+    # the runs, and are shown only in the large-only table
+    anchors = anchor_runs(df)
+    both = add_speed(pd.concat([df, anchors], ignore_index=True) if len(anchors) else df,
+                     anchors.iloc[:0])  # fmt: skip
+    is_anchor = both["path"].isin(set(anchors.get("path", [])))
+    df, anchors = both[~is_anchor], both[is_anchor]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     title = f"hybridbench leaderboard: {Path(results_dir).resolve().name}"
@@ -581,7 +644,8 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
             tables.append(paired_table(g_all[moved], cache, controls=g, title=title))
         if "sessions" in g_all and g_all["sessions"].gt(0).any():
             costed = True
-            tables += [setup_table(g_all), cost_table(g_all)]
+            mine = anchors[anchors["task"] == task] if len(anchors) else anchors
+            tables += [large_table(g_all, mine), setup_table(g_all), cost_table(g_all)]
         add_tables(md, body, [*tables, provenance_table(g_all)])
     device = device_tables(list((Path(results_dir) / "device").glob("*.json")))
     if device:

@@ -23,6 +23,7 @@ from harness.records import read_lines, records_path
 # Router arguments that are a router's main knob, in the order they are looked for.
 KNOBS = ("threshold", "rate", "p", "draft_len", "k", "tau", "quantile")
 REFERENCES = ("small", "large")  # routers whose runs are the quality references
+ANCHORS = "anchors"  # a task folder's large-only speed anchors, a run per machine (issue14_runs.sh)
 COLUMNS = ("run", "task", "router", "setting", "setting_value", "router_args", "metric", "split")
 
 
@@ -151,3 +152,55 @@ def load_runs(results_dir: str | Path) -> pd.DataFrame:
     df = df[first + sorted(c for c in df.columns if c not in first)]
     df = df.sort_values(["task", "router", "setting_value", "setting", "run"], na_position="last")
     return df.reset_index(drop=True)
+
+
+def anchor_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """The speed anchors beside `df`'s runs: run directories under `ANCHORS` in each run's
+    parent folder (large-only on a task's first examples, decoded on a machine that ran too
+    little of large's own row; named by the machine's id)."""
+    folders = sorted({Path(p).parent / ANCHORS for p in df.get("path", [])})
+    rows = [load_run(d, f.parent) for f in folders if f.is_dir() for d in run_dirs(f)]
+    return pd.DataFrame(rows, columns=None if rows else list(COLUMNS))
+
+
+def add_speed(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> pd.DataFrame:
+    """`df` with the machines its runs decoded on and their speed against large-only there:
+
+    session_machines   JSON list: per session of the manifest, its machine's label ("A", "B",
+                       ... in order of first use over `df` and `anchors`; harness.machines)
+    machines           examples per machine over the throughput's sessions: 'A 158, B 42'
+    machine_rates      JSON: the same per machine, with tokens and wall seconds
+    vs_large           throughput / large-only's on the same machine(s), pooled over the task's
+                       large runs and its anchors (`harness.machines.vs_large`); for runs that
+                       recorded no sessions (the first release's) their decode rate / the
+                       task's large runs' mean decode rate, as those reports always did
+    """
+    from harness.machines import by_machine, session_machines, vs_large
+
+    anchors = anchor_runs(df) if anchors is None else anchors
+    both = pd.concat([df, anchors], ignore_index=True) if len(anchors) else df
+    manifests = {
+        p: json.loads((Path(p) / "manifest.json").read_text(encoding="utf-8"))
+        for p in both.get("path", [])
+    }
+    labels = session_machines(manifests)
+    by = {p: by_machine(m, labels[p]) for p, m in manifests.items()}
+    ratio: dict[str, float] = {}
+    for _, g in both.groupby("task") if len(both) else []:
+        ratio.update(vs_large({p: by[p] for p in g["path"]}, g.loc[g["router"] == "large", "path"]))
+        old = g[g["path"].map(lambda p: not by[p])]  # no sessions: per-stream decode rates
+        if len(old):
+            large = old.loc[old["router"] == "large", "tok_per_s"].astype(float)
+            rate = float(large.mean()) if len(large) else math.nan
+            ratio.update({p: float(t) / rate if rate > 0 else math.nan
+                          for p, t in zip(old["path"], old["tok_per_s"], strict=True)})  # fmt: skip
+    out = df.copy()
+    paths = list(out.get("path", []))
+    out["session_machines"] = [json.dumps(labels.get(p, [])) for p in paths]
+    out["machines"] = [
+        ", ".join(f"{m} {int(d['examples'])}" for m, d in sorted(by.get(p, {}).items()))
+        for p in paths
+    ]
+    out["machine_rates"] = [json.dumps(by.get(p, {}), sort_keys=True) for p in paths]
+    out["vs_large"] = [ratio.get(p, math.nan) for p in paths]
+    return out

@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from reports.load import REFERENCES, main_knob
+from reports.load import REFERENCES, add_speed, main_knob
 
 GB = 1e9
 BYTE_MODELS = ("small", "reward", "router", "large")
@@ -137,15 +137,16 @@ def share_vs_setting(df: pd.DataFrame) -> bytes:
 
 
 def throughput_vs_setting(df: pd.DataFrame) -> bytes:
-    """Measured throughput (tok/s) against each router's setting, with small/large-only lines."""
+    """Measured throughput relative to large-only's on the same machine (`reports.load.add_speed`)
+    against each router's setting, with small-only's and large-only's as lines."""
+    df = df if "vs_large" in df else add_speed(df)
 
     def draw(ax, g, color):
-        ax.plot(
-            g["setting_value"].astype(float), g["tok_per_s"], marker="o", color=color, label="tok/s"
-        )
-        _reference_lines(ax, df, "tok_per_s")
+        x = g["setting_value"].astype(float)
+        ax.plot(x, g["vs_large"].astype(float), marker="o", color=color, label="throughput")
+        _reference_lines(ax, df, "vs_large")
 
-    return _per_router(df, draw, "tokens / s (decode)")
+    return _per_router(df, draw, "throughput / large-only")
 
 
 def bytes_per_model(df: pd.DataFrame) -> bytes:
@@ -169,7 +170,8 @@ def bytes_per_model(df: pd.DataFrame) -> bytes:
     ax.set_yticks(range(len(df)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("GB moved per example (weights + KV read)")
-    ax.legend(loc="lower right", fontsize="small")
+    if ax.get_legend_handles_labels()[0]:  # runs that recorded no bytes have no bars
+        ax.legend(loc="lower right", fontsize="small")
     return _png(fig)
 
 
@@ -188,8 +190,8 @@ CAPTIONS = {
     "(right), each router a line with its 95% interval; dashed: small-only and large-only",
     "share_vs_setting": "Large-token share (solid) and large-call share (dashed) against each "
     "router's setting, a panel per router",
-    "throughput_vs_setting": "Measured decode throughput on this machine against each router's "
-    "setting, a panel per router; dashed: small-only and large-only",
+    "throughput_vs_setting": "Measured throughput relative to large-only's on the same machine "
+    "against each router's setting, a panel per router; dashed: small-only and large-only",
     "bytes_per_model": "Memory traffic per example (GB read: weights and KV cache), one bar per "
     "run, split by model",
 }

@@ -17,6 +17,9 @@
 #              routers, when their checkpoints exist) at target shares 0.1, 0.2, 0.35
 #   query      query (issue 13), random_query at prompt shares 0.1, 0.2, 0.35, their answers
 #              reused from this edition's small and large rows (`--reuse-answers`)
+#   anchor     large-only on the first 48 examples, on a machine that decoded less of large's
+#              row (TASK/anchors/MACHINE_ID): the report divides each row's throughput by
+#              large-only's on the machine(s) the row ran on (harness/machines.py)
 # Thresholds come from calib (`hybridbench calibrate` over small's calib answers), never by hand.
 set -uo pipefail
 LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
@@ -30,6 +33,7 @@ if [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ]; then . .venv/bin/acti
 # (tests/test_chain_rehearsal.py); the real chain leaves them unset
 MODELS=(--backend llama.cpp --threads "$THREADS" --batch auto ${MODEL_ARGS:-})
 ALL=${ALL:-1000}
+ANCHOR=${ANCHOR:-48} # a machine's speed anchor: large-only on the first ANCHOR test examples
 
 step() {
     echo "== $(date -u +%H:%M:%S) $*"
@@ -56,6 +60,26 @@ for s in df[df.router.isin(["entropy", "confidence", "reward", "citer"])].large_
     if all(abs(s - r) > MATCH for r in rand):
         rand.append(s)
         print(round(float(s), 3))
+PY
+}
+
+anchor_folder() { # TASK_FOLDER: where this machine's speed anchor goes when it needs one
+    # (large-only decoded here on fewer than ANCHOR examples of the task: speed ratios are taken
+    # within one machine, harness/machines.py); prints nothing when it needs none
+    python - "$1" "$ANCHOR" <<'PY'
+import json, sys
+from pathlib import Path
+from harness.batching import machine_id
+from harness.machines import by_machine, session_machines
+folder, n, here = Path(sys.argv[1]), int(sys.argv[2]), machine_id()
+large = folder / "large__default" / "manifest.json"
+ms = {"here": {"sessions": [{"machine": {"id": here}}]}}
+if large.is_file():
+    ms["large"] = json.loads(large.read_text(encoding="utf-8"))
+labels = session_machines(ms)
+done = by_machine(ms.get("large", {}), labels.get("large", [])).get(labels["here"][0], {})
+if done.get("examples", 0) < n:
+    print(folder / "anchors" / here)
 PY
 }
 
@@ -97,6 +121,10 @@ for task in gsm8k mbpp humaneval; do
     # runs, their throughput is modeled, README "Reusing answers")
     step hybridbench sweep --task $task --split test --limit $n --routers small,large \
         "${MODELS[@]}" --out "$OUT/$task"
+    # the speed anchor: every row's throughput is compared with large-only's on the same machine
+    anchor=$(anchor_folder "$OUT/$task")
+    [ -n "$anchor" ] && step hybridbench run --task $task --router large --split test \
+        --limit $ANCHOR "${MODELS[@]}" --out "$anchor"
     reuse=(--reuse-answers "$OUT/$task/small__default,$OUT/$task/large__default")
     step hybridbench sweep --task $task --split test --limit $n --routers $routers \
         --targets $TARGETS "${args[@]}" "${reuse[@]}" "${MODELS[@]}" --out "$OUT/$task"

@@ -55,6 +55,7 @@ def test_issue13_then_issue14_on_the_tiny_pair(tmp_path):
         PROMPTS="10",
         LAYERS="1 2",
         LIMIT="4",
+        ANCHOR="5",  # more than LIMIT: large's row is too short, so each task gets an anchor
         TRAINED=str(tmp_path / "train13"),
     )
     log13 = chain("issue13_runs.sh", {**env, "OUT": str(tmp_path / "train13")})
@@ -90,11 +91,18 @@ def test_issue13_then_issue14_on_the_tiny_pair(tmp_path):
         for name in rows:
             summary = json.loads((edition / task / name / "summary.json").read_text())
             assert summary["n"] == 4 and summary["n_failed"] == 0, (task, name, summary)
+        (anchor,) = (edition / task / "anchors").iterdir()  # this machine's, named by its id
+        summary = json.loads((anchor / "summary.json").read_text())
+        assert summary["router"] == "large" and summary["n"] == 5, summary
     # the report of every task, and the rerun of four mbpp rows compared with the originals
     for task in ("gsm8k", "mbpp", "humaneval"):
         done = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(edition / task)],
                               env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
+        (anchor,) = (edition / task / "anchors").iterdir()
+        md = (edition / task / "report" / "leaderboard.md").read_text()
+        large = md.split("### Large-only on each machine")[1].split("###")[0]
+        assert f"| A | anchors/{anchor.name} (5); large__default (4) | 9 |" in large, large
     verdicts = json.loads((tmp_path / "edition2-rerun" / "mbpp" / "compare.json").read_text())
     assert len(verdicts) == 4
     assert all(v["n_paired"] == 4 and v["diff_ci"] == [0.0, 0.0] for v in verdicts.values())

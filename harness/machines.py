@@ -1,0 +1,115 @@
+"""Which machine decoded each session of a run, and speeds compared only within one machine.
+
+Two machines sold under one CPU name ("AMD EPYC") ran llama.cpp's steps 1.3-2.2x apart
+(docs/issue14-sweep.md), so a speed ratio is only valid between sessions decoded on one machine.
+A session names its machine by `machine.id`, a random id kept in the machine's cache folder
+(recorded from 2026-11-24 on). An older session is tied to a machine through its batch probe:
+the probe is measured once per machine and kept in that same folder, so sessions that used one
+probe measurement ran on one machine, and any of them that records an id names it.
+
+    >>> labels = session_machines({"run1": manifest1, "run2": manifest2})  # name -> per session
+    >>> by = {name: by_machine(m, labels[name]) for name, m in manifests.items()}
+    >>> vs_large(by, ["large__default", "anchors/ab0be9c69195"])          # name -> ratio
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import string
+from collections.abc import Iterable, Mapping
+
+from harness.metrics import rate_sessions
+
+
+def _nodes(session: Mapping, manifest: Mapping) -> list[str]:
+    """What ties a session to a machine: its recorded id, its batch probe's measurement; for a
+    session with neither, the machine as described (the run's when the session has none)."""
+    nodes = []
+    if (session.get("machine") or {}).get("id"):
+        nodes.append(f"id:{session['machine']['id']}")
+    probe = session.get("batch_probe") or {}
+    if probe.get("measured") and probe.get("step_seconds"):
+        steps = json.dumps(probe["step_seconds"], sort_keys=True)
+        nodes.append(f"probe:{probe['measured']}|{probe.get('threads')}|{steps}")
+    described = session.get("machine") or manifest.get("machine")
+    if not nodes and described:
+        nodes.append(f"described:{json.dumps(described, sort_keys=True)}")
+    return nodes
+
+
+def session_machines(manifests: Mapping[str, Mapping]) -> dict[str, list[str]]:
+    """Per run name, per session of its manifest: the label of the machine that ran it, "A",
+    "B", ... in the order of each machine's first session (by `started`). Sessions sharing an id
+    or a probe measurement, directly or through others, get one label; a session with neither
+    shares one with those described alike, and one that says nothing gets a label of its own."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    nodes = {}
+    for name, m in manifests.items():
+        for i, s in enumerate(m.get("sessions") or []):
+            ns = _nodes(s, m) or [f"session:{name}:{i}"]
+            for other in ns[1:]:
+                parent[find(other)] = find(ns[0])
+            nodes[name, i] = (ns[0], str(s.get("started", "")))
+    first: dict[str, str] = {}
+    for node, started in nodes.values():
+        root = find(node)
+        first[root] = min(first.get(root, started), started)
+    order = sorted(first, key=lambda r: (first[r], r))
+    label = {root: _label(i) for i, root in enumerate(order)}
+    out: dict[str, list[str]] = {name: [] for name in manifests}
+    for (name, _), (node, _) in nodes.items():
+        out[name].append(label[find(node)])
+    return out
+
+
+def _label(i: int) -> str:
+    letters = string.ascii_uppercase
+    return letters[i] if i < len(letters) else f"M{i + 1}"
+
+
+def by_machine(manifest: Mapping, labels: list[str]) -> dict[str, dict[str, float]]:
+    """A run's throughput sessions (`metrics.rate_sessions`) summed per machine label: tokens,
+    wall seconds (a run reusing answers: its modeled clock) and examples."""
+    which = {id(s): lab for s, lab in zip(manifest.get("sessions") or [], labels, strict=True)}
+    out: dict[str, dict[str, float]] = {}
+    for s in rate_sessions(manifest):
+        d = out.setdefault(which[id(s)], {"tokens": 0.0, "wall_s": 0.0, "examples": 0.0})
+        d["tokens"] += float(s.get("tokens") or 0)
+        d["wall_s"] += float(s.get("wall_s") or 0)
+        d["examples"] += float(s.get("examples") or 0)
+    return out
+
+
+def vs_large(
+    by: Mapping[str, Mapping[str, Mapping[str, float]]], large: Iterable[str]
+) -> dict[str, float]:
+    """Each run's throughput relative to large-only's on the machines it ran on: its tokens over
+    the tokens large-only would have emitted in the same wall time, machine by machine,
+        sum_M tokens_M / sum_M (wall_M * large_M),
+    large_M pooling (tokens / wall) every large-only run in `large` (a task's large row and its
+    speed anchors) on machine M. A run wholly on one machine gets its rate / large's rate
+    there. NaN for a run that recorded no sessions or ran on a machine no large-only run did."""
+    pooled: dict[str, list[float]] = {}
+    for name in large:
+        for machine, d in by.get(name, {}).items():
+            p = pooled.setdefault(machine, [0.0, 0.0])
+            p[0] += d["tokens"]
+            p[1] += d["wall_s"]
+    rate = {m: tok / wall for m, (tok, wall) in pooled.items() if tok > 0 and wall > 0}
+    out = {}
+    for name, per in by.items():
+        if not per or any(m not in rate for m in per):
+            out[name] = math.nan
+            continue
+        baseline = sum(d["wall_s"] * rate[m] for m, d in per.items())
+        tokens = sum(d["tokens"] for d in per.values())
+        out[name] = tokens / baseline if baseline > 0 else math.nan
+    return out

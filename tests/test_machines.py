@@ -1,0 +1,150 @@
+"""harness.machines: sessions told apart by machine (recorded id, shared batch probe), and
+throughput relative to large-only's on the same machine; the report and compare use them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness.machines import by_machine, session_machines, vs_large
+
+PROBE_A = {"measured": "2026-11-23T17:43:55+0000", "threads": 2,
+           "step_seconds": {"large": {"1": 0.037, "16": 0.303}}}  # fmt: skip
+PROBE_B = {"measured": "2026-11-24T18:50:07+0000", "threads": 2,
+           "step_seconds": {"large": {"1": 0.068, "16": 0.678}}}  # fmt: skip
+PROBE_B_SPEC = {**PROBE_B, "measured": "2026-11-24T19:30:31+0000", "shape": {"large": [1, 5]}}
+BRAND = {"cpu": "AMD EPYC", "cpus": 2}
+
+
+def session(started, tokens, wall, examples=16, probe=None, mid=None, batch=16):
+    machine = {**BRAND, **({"id": mid} if mid else {})}
+    s = {"batch": batch, "started": started, "examples": examples, "tokens": tokens,
+         "wall_s": wall, "machine": machine}  # fmt: skip
+    return {**s, "batch_probe": probe} if probe else s
+
+
+def the_sweep():
+    """gsm8k as issue 14 ran it: small and most of large on machine A (no ids yet), the rest of
+    large and speculative's first sessions on B before ids were recorded, then speculative's
+    last session and a speed anchor on B with B's id."""
+    return {
+        "small": {"sessions": [session("2026-11-24T16:47", 8000, 100.0, 200, PROBE_A)]},
+        "large": {"sessions": [session("2026-11-24T17:00", 4000, 100.0, 158, PROBE_A),
+                               session("2026-11-24T18:50", 1300, 100.0, 42, PROBE_B)]},
+        "speculative": {"sessions": [
+            session("2026-11-24T19:30", 600, 50.0, 33, PROBE_B_SPEC),
+            session("2026-11-24T20:54", 600, 50.0, 33, PROBE_B_SPEC, mid="ab0be9c69195")]},
+        "anchor": {"sessions": [session("2026-11-24T21:10", 1300, 100.0, 48, PROBE_B,
+                                        mid="ab0be9c69195")]},
+    }  # fmt: skip
+
+
+def test_sessions_are_tied_by_id_and_by_a_shared_probe():
+    labels = session_machines(the_sweep())
+    assert labels == {"small": ["A"], "large": ["A", "B"], "speculative": ["B", "B"],
+                      "anchor": ["B"]}  # fmt: skip
+    # without the anchor, nothing yet ties large's second session to B's id: two machines
+    # under one brand and one kernel would otherwise be one
+    sweep = the_sweep()
+    del sweep["anchor"]
+    assert session_machines(sweep)["speculative"] == ["C", "C"]
+    # sessions with neither id nor probe: one machine when described alike, else apart
+    plain = {"x": {"sessions": [{"machine": BRAND}, {"machine": {**BRAND, "cpus": 4}}, {}]},
+             "y": {"machine": BRAND, "sessions": [{}]}}  # fmt: skip
+    assert session_machines(plain) == {"x": ["A", "B", "C"], "y": ["A"]}
+
+
+def test_throughput_relative_to_large_only_on_the_same_machine():
+    sweep = the_sweep()
+    labels = session_machines(sweep)
+    by = {name: by_machine(m, labels[name]) for name, m in sweep.items()}
+    assert by["large"] == {"A": {"tokens": 4000.0, "wall_s": 100.0, "examples": 158.0},
+                           "B": {"tokens": 1300.0, "wall_s": 100.0, "examples": 42.0}}  # fmt: skip
+    ratio = vs_large(by, ["large", "anchor"])
+    assert ratio["small"] == pytest.approx(80.0 / 40.0)  # A only: 80 tok/s vs large's 40 there
+    assert ratio["speculative"] == pytest.approx(12.0 / 13.0)  # B only: vs 13 tok/s there
+    # a run on both machines: its tokens over what large would emit in its time on each
+    assert ratio["large"] == pytest.approx(5300 / (100 * 40 + 100 * 13))
+    without_b = vs_large(by, ["large"]) | vs_large({"speculative": by["speculative"]}, [])
+    assert math.isnan(without_b["speculative"])  # large-only never ran there (as B's id)
+    assert math.isnan(vs_large({"none": {}}, ["none"])["none"])
+
+
+def write_run(folder: Path, router: str, sessions: list[dict], scores: list[float]) -> Path:
+    folder.mkdir(parents=True)
+    manifest = {"task": "gsm8k", "split": "test", "metric": "exact_match", "router": router,
+                "router_args": {}, "sessions": sessions}  # fmt: skip
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    gen = {"provenance": [1 if router == "large" else 0] * 4,
+           "steps": {"seconds": [0.1] * 4, "large_called": [router == "large"] * 4}}  # fmt: skip
+    lines = [json.dumps({"example_id": f"ex{i}", "scores": {"exact_match": s}, "error": "",
+                         "generation": gen}) for i, s in enumerate(scores)]  # fmt: skip
+    (folder / "records.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_report_divides_by_large_only_on_each_machine_and_lists_the_anchor(tmp_path):
+    """The report's runs, goal and speed tables give throughput / large-only on the same
+    machine; a task folder's anchors/ pool into large-only's rate on their machine and are
+    listed in their own table, not as runs; the setup table names the machines A, B."""
+    from reports import write_report
+
+    sweep, task = the_sweep(), tmp_path / "edition" / "gsm8k"
+    for name in ("small", "large", "speculative"):
+        write_run(task / f"{name}__default", name, sweep[name]["sessions"], [1.0, 0.0] * 4)
+    md_path = write_report(task, tmp_path / "before").parent / "leaderboard.md"
+    before = md_path.read_text()
+    write_run(task / "anchors" / "ab0be9c69195", "large", sweep["anchor"]["sessions"], [1.0] * 4)
+    md = (write_report(task, tmp_path / "after").parent / "leaderboard.md").read_text()
+
+    def cells(text, section, first):
+        table = text.split(f"### {section}")[1].split("###")[0]
+        line = next(x for x in table.splitlines() if x.startswith(f"| {first} |"))
+        return [c.strip() for c in line.strip("|").split("|")]
+
+    # before the anchor, speculative's machine (B by id) has no large-only session known
+    assert cells(before, "Runs", "speculative")[-1] == "—"
+    assert cells(md, "Runs", "speculative")[-1] == f"{12 / 13:.2f}"
+    assert cells(md, "Runs", "small")[-1] == "2.00"
+    speed = cells(md, "Throughput (measured)", "speculative")
+    assert speed[3] == "B 66" and speed[6] == f"{12 / 13:.2f}"
+    assert cells(md, "Large-only on each machine", "A")[1:] == [
+        "large__default (158)",
+        "158",
+        "4000",
+        "100",
+        "40.00",
+    ]
+    assert cells(md, "Large-only on each machine", "B")[1:] == [
+        "anchors/ab0be9c69195 (48); large__default (42)",
+        "90",
+        "2600",
+        "200",
+        "13.00",
+    ]
+    machines = cells(md, "Setup", "machines")[1]
+    assert machines.startswith("A: AMD EPYC, 2 CPUs, probe 2026-11-23: large's 16-sequence step")
+    assert "; B: AMD EPYC" in machines and "C:" not in machines
+    runs = md.split("### Runs")[1].split("###")[0]
+    assert runs.count("| large |") == 1  # the anchor is not a run of the leaderboard
+
+
+def test_compare_flags_a_slowdown_only_on_one_machine(tmp_path, capsys):
+    from harness.cli import main
+
+    fast = [session("2026-11-24T17:00", 4000, 100.0, 8, PROBE_A)]
+    slow_a = [session("2026-11-24T18:00", 2000, 100.0, 8, PROBE_A)]
+    slow_b = [session("2026-11-24T19:00", 2000, 100.0, 8, PROBE_B, mid="ab0be9c69195")]
+    old = write_run(tmp_path / "old", "random", fast, [1.0] * 8)
+    same = write_run(tmp_path / "same", "random", slow_a, [1.0] * 8)
+    other = write_run(tmp_path / "other", "random", slow_b, [1.0] * 8)
+    assert main(["compare", str(old), str(same)]) == 1
+    assert "REGRESSION speed: 40 -> 20 tok/s" in capsys.readouterr().out
+    assert main(["compare", str(old), str(other), "--json", str(tmp_path / "v.json")]) == 0
+    out = capsys.readouterr().out
+    assert "note: different machines, speeds are not comparable (no speed flag)" in out
+    assert "slowdown 2x" in out and "no regression flagged" in out
+    assert json.loads((tmp_path / "v.json").read_text())["same_machine"] is False
