@@ -134,11 +134,16 @@ class Contention:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.others_cores = self.so_far()
+
+    def so_far(self) -> float | None:
+        """The mean cores other processes kept busy from the start of the block until now."""
         now = _cpu_seconds_all()
         wall = time.perf_counter() - self._wall
-        if now is not None and self._all is not None and wall > 0:
-            others = (now - self._all) - (time.process_time() - self._own)
-            self.others_cores = round(max(others, 0.0) / wall, 2)
+        if now is None or self._all is None or wall <= 0:
+            return None
+        others = (now - self._all) - (time.process_time() - self._own)
+        return round(max(others, 0.0) / wall, 2)
 
 
 def measured_quietly(what: str, measure, path: Path) -> dict:

@@ -19,6 +19,7 @@ import math
 import string
 from collections.abc import Iterable, Mapping
 
+from harness.batching import BUSY_CORES
 from harness.metrics import rate_sessions
 
 
@@ -75,35 +76,51 @@ def _label(i: int) -> str:
     return letters[i] if i < len(letters) else f"M{i + 1}"
 
 
-def by_machine(manifest: Mapping, labels: list[str]) -> dict[str, dict[str, float]]:
+def quiet(session: Mapping) -> bool | None:
+    """Whether other processes kept at most BUSY_CORES busy during the session (its recorded
+    `others_cores`); None for a session that did not record it (before 2026-11-24 21:50)."""
+    cores = session.get("others_cores")
+    return None if cores is None else float(cores) <= BUSY_CORES
+
+
+def by_machine(
+    manifest: Mapping, labels: list[str], quiet_only: bool = False
+) -> dict[str, dict[str, float]]:
     """A run's throughput sessions (`metrics.rate_sessions`) summed per machine label: tokens,
-    wall seconds (a run reusing answers: its modeled clock) and examples."""
+    wall seconds (a run reusing answers: its modeled clock), examples, and `contended`: how
+    many of them recorded more than BUSY_CORES used by other processes. `quiet_only`: only the
+    sessions recorded quiet."""
     which = {id(s): lab for s, lab in zip(manifest.get("sessions") or [], labels, strict=True)}
     out: dict[str, dict[str, float]] = {}
     for s in rate_sessions(manifest):
-        d = out.setdefault(which[id(s)], {"tokens": 0.0, "wall_s": 0.0, "examples": 0.0})
+        if quiet_only and not quiet(s):
+            continue
+        d = out.setdefault(
+            which[id(s)], {"tokens": 0.0, "wall_s": 0.0, "examples": 0.0, "contended": 0.0}
+        )
         d["tokens"] += float(s.get("tokens") or 0)
         d["wall_s"] += float(s.get("wall_s") or 0)
         d["examples"] += float(s.get("examples") or 0)
+        d["contended"] += quiet(s) is False
     return out
 
 
 def vs_large(
-    by: Mapping[str, Mapping[str, Mapping[str, float]]], large: Iterable[str]
+    by: Mapping[str, Mapping[str, Mapping[str, float]]],
+    large: Iterable[str],
+    quiet_large: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
 ) -> dict[str, float]:
     """Each run's throughput relative to large-only's on the machines it ran on: its tokens over
     the tokens large-only would have emitted in the same wall time, machine by machine,
         sum_M tokens_M / sum_M (wall_M * large_M),
     large_M pooling (tokens / wall) every large-only run in `large` (a task's large row and its
-    speed anchors) on machine M. A run wholly on one machine gets its rate / large's rate
-    there. NaN for a run that recorded no sessions or ran on a machine no large-only run did."""
-    pooled: dict[str, list[float]] = {}
-    for name in large:
-        for machine, d in by.get(name, {}).items():
-            p = pooled.setdefault(machine, [0.0, 0.0])
-            p[0] += d["tokens"]
-            p[1] += d["wall_s"]
-    rate = {m: tok / wall for m, (tok, wall) in pooled.items() if tok > 0 and wall > 0}
+    speed anchors) on machine M; where `quiet_large` (their sessions recorded quiet,
+    `by_machine(quiet_only=True)`) has some on M, those alone. A run wholly on one machine gets
+    its rate / large's rate there. NaN for a run that recorded no sessions or ran on a machine
+    no large-only run did."""
+    large = list(large)
+    rate = large_rates(by, large)
+    rate.update(large_rates(quiet_large or {}, large))
     out = {}
     for name, per in by.items():
         if not per or any(m not in rate for m in per):
@@ -113,3 +130,14 @@ def vs_large(
         tokens = sum(d["tokens"] for d in per.values())
         out[name] = tokens / baseline if baseline > 0 else math.nan
     return out
+
+
+def large_rates(by: Mapping[str, Mapping[str, Mapping[str, float]]], large: Iterable[str]):
+    """Machine -> tokens / wall seconds pooled over the runs `large` of `by`."""
+    pooled: dict[str, list[float]] = {}
+    for name in large:
+        for machine, d in by.get(name, {}).items():
+            p = pooled.setdefault(machine, [0.0, 0.0])
+            p[0] += d["tokens"]
+            p[1] += d["wall_s"]
+    return {m: tok / wall for m, (tok, wall) in pooled.items() if tok > 0 and wall > 0}

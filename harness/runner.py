@@ -226,6 +226,9 @@ def decode_examples(
     else:
         generations = engine.generate_many(router, jobs)
     bar = tqdm(total=len(examples), desc=f"{task.name}/{router.name}", unit="ex", file=sys.stderr)
+    from harness.batching import Contention
+
+    busy = Contention().__enter__()  # the CPU other processes take meanwhile (`_clock`)
     start = time.perf_counter()
     try:
         with path.open("a", encoding="utf-8") as f:
@@ -264,18 +267,22 @@ def decode_examples(
                         session["reused"]["seconds"] += seconds
                 bar.update()
                 bar.set_postfix_str(_progress(done.values(), task.metric))
-                _clock(session, start, reuse)
+                _clock(session, start, reuse, busy)
                 if on_progress is not None:
                     on_progress()
     finally:
-        _clock(session, start, reuse)
+        _clock(session, start, reuse, busy)
         bar.close()
 
 
-def _clock(session: dict, start: float, reuse: dict | None) -> None:
-    """The session's wall seconds so far. With reused answers, the reused examples count their
-    modeled seconds instead of the time spent reusing them (`measured_wall_s` keeps the clock)."""
+def _clock(session: dict, start: float, reuse: dict | None, busy=None) -> None:
+    """The session's wall seconds so far, and `others_cores`: the mean cores other processes
+    kept busy meanwhile (`harness.batching.Contention`: on two cores another process's work
+    shows in the run's throughput). With reused answers, the reused examples count their modeled seconds
+    instead of the time spent reusing them (`measured_wall_s` keeps the clock)."""
     session["wall_s"] = round(time.perf_counter() - start, 3)
+    if busy is not None and (cores := busy.so_far()) is not None:
+        session["others_cores"] = cores
     if reuse:
         session["measured_wall_s"] = session["wall_s"]
         session["reused"]["spent_s"] = round(reuse["spent"], 3)

@@ -61,7 +61,10 @@ DEFINITIONS = (
     "large-only's tok/s there); machines are told apart by recorded id or by the batch probe "
     "their sessions shared (A, B, ...: the setup table), large-only's rate on each pools the "
     "task's large row and its speed anchors (large-only on the first examples, decoded on a "
-    "machine that ran too little of the row); '—' where large-only never ran on that machine. "
+    "machine that ran too little of the row), their sessions recorded quiet alone where the "
+    "machine has some (sessions record the CPU other processes used meanwhile from "
+    "2026-11-24 on; 'quiet': at most 0.25 cores); '(contended)': the run has a session with "
+    "more; '—' where large-only never ran on that machine. "
     "Runs that predate recorded sessions: decode tok/s / large-only's. "
     "Modeled tok/s: the same tokens under the bandwidth cost model of a hardware profile "
     "(harness/costmodel.py: seed-xeon-a100 = small on a Xeon, large on a remote A100; h100 = "
@@ -237,8 +240,10 @@ def _modeled(r) -> str:
 
 
 def _speed_cell(r) -> str:
-    """A run's throughput / large-only's on the same machine(s) (`reports.load.add_speed`)."""
-    return _num(r.get("vs_large", math.nan), 2) + _modeled(r)
+    """A run's throughput / large-only's on the same machine(s) (`reports.load.add_speed`),
+    marked where it is modeled or where other processes were recorded busy meanwhile."""
+    busy = " (contended)" if str(r.get("contended")) == "True" else ""
+    return _num(r.get("vs_large", math.nan), 2) + _modeled(r) + busy
 
 
 def routers_table(routers: pd.DataFrame) -> Table:
@@ -343,29 +348,25 @@ def large_table(df: pd.DataFrame, anchors: pd.DataFrame) -> Table:
     large-only' ratio: the task's large row and its speed anchors, pooled per machine."""
     import json
 
-    runs = pd.concat([df[df["router"] == "large"], anchors], ignore_index=True)
-    pooled: dict[str, list] = {}
-    for _, r in runs.sort_values("run").iterrows():
-        for machine, d in json.loads(r.get("machine_rates") or "{}").items():
-            p = pooled.setdefault(machine, [[], 0.0, 0.0, 0.0])
-            p[0].append(f"{r['run']} ({int(d['examples'])})")
-            p[1] += d["examples"]
-            p[2] += d["tokens"]
-            p[3] += d["wall_s"]
-    rows = tuple(
-        (
-            m,
-            "; ".join(names),
-            _num(ex, 0),
-            _num(tok, 0),
-            _num(wall, 0),
-            _num(tok / wall if wall else math.nan, 2),
-        )  # fmt: skip
-        for m, (names, ex, tok, wall) in sorted(pooled.items())
-    )
-    header = ("machine", "large-only runs (examples)", "examples", "tokens", "wall seconds",
-              "tok/s")  # fmt: skip
-    return Table("Large-only on each machine (the throughput ratios' denominators)", header, rows)
+    runs = pd.concat([df[df["router"] == "large"], anchors], ignore_index=True).sort_values("run")
+    rates = {k: [json.loads(x or "{}") for x in runs.get(k, [])]
+             for k in ("machine_rates", "machine_rates_quiet")}  # fmt: skip
+    rows = []
+    for m in sorted({m for per in rates["machine_rates"] for m in per}):
+        # sessions recorded quiet where the machine has some (harness.machines.vs_large)
+        calm = any(m in per for per in rates["machine_rates_quiet"])
+        which = rates["machine_rates_quiet" if calm else "machine_rates"]
+        used = [(name, per[m]) for name, per in zip(runs["run"], which, strict=True) if m in per]
+        ex, tok, wall = (sum(d[k] for _, d in used) for k in ("examples", "tokens", "wall_s"))
+        rows.append((
+            m, "; ".join(f"{name} ({int(d['examples'])})" for name, d in used),
+            "recorded quiet" if calm else "all (none recorded quiet)",
+            _num(ex, 0), _num(tok, 0), _num(wall, 0), _num(tok / wall if wall else math.nan, 2),
+        ))  # fmt: skip
+    header = ("machine", "large-only runs (examples)", "sessions", "examples", "tokens",
+              "wall seconds", "tok/s")  # fmt: skip
+    title = "Large-only on each machine (the throughput ratios' denominators)"
+    return Table(title, header, tuple(rows))
 
 
 def device_tables(paths: list[Path]) -> list[Table]:
@@ -479,8 +480,10 @@ def _machine_text(cpu: str, mach: dict, probe: dict | None) -> str:
         # a router's own step shape (speculative: k + 1 tokens per sequence) costs more
         tokens = ((probe.get("shape") or {}).get("large") or [1, 1])[1]
         each = f" of {tokens} tokens each" if tokens > 1 else ""
+        busy = probe.get("others_cores")  # recorded from 2026-11-24 19:49 on
+        busy = "not recorded" if busy is None else f"{float(busy):.2f} cores"
         text += (f", probe {str(probe.get('measured', '?'))[:10]}: large's {b}-sequence step"
-                 f"{each} {float(steps[b]):.3f} s")  # fmt: skip
+                 f"{each} {float(steps[b]):.3f} s (others' CPU meanwhile: {busy})")  # fmt: skip
     return text
 
 

@@ -169,9 +169,13 @@ def add_speed(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> pd.DataF
     session_machines   JSON list: per session of the manifest, its machine's label ("A", "B",
                        ... in order of first use over `df` and `anchors`; harness.machines)
     machines           examples per machine over the throughput's sessions: 'A 158, B 42'
-    machine_rates      JSON: the same per machine, with tokens and wall seconds
+    machine_rates      JSON: the same per machine, with tokens, wall seconds and how many
+                       sessions recorded other processes busy (`harness.machines.by_machine`)
+    machine_rates_quiet  JSON: the same over the sessions recorded quiet
+    contended          whether any of those sessions recorded other processes busy
     vs_large           throughput / large-only's on the same machine(s), pooled over the task's
-                       large runs and its anchors (`harness.machines.vs_large`); for runs that
+                       large runs and its anchors (their sessions recorded quiet where a
+                       machine has some: `harness.machines.vs_large`); for runs that
                        recorded no sessions (the first release's) their decode rate / the
                        task's large runs' mean decode rate, as those reports always did
     """
@@ -185,9 +189,11 @@ def add_speed(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> pd.DataF
     }
     labels = session_machines(manifests)
     by = {p: by_machine(m, labels[p]) for p, m in manifests.items()}
+    calm = {p: by_machine(m, labels[p], quiet_only=True) for p, m in manifests.items()}
     ratio: dict[str, float] = {}
     for _, g in both.groupby("task") if len(both) else []:
-        ratio.update(vs_large({p: by[p] for p in g["path"]}, g.loc[g["router"] == "large", "path"]))
+        large = list(g.loc[g["router"] == "large", "path"])
+        ratio.update(vs_large({p: by[p] for p in g["path"]}, large, calm))
         old = g[g["path"].map(lambda p: not by[p])]  # no sessions: per-stream decode rates
         if len(old):
             large = old.loc[old["router"] == "large", "tok_per_s"].astype(float)
@@ -202,5 +208,7 @@ def add_speed(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> pd.DataF
         for p in paths
     ]
     out["machine_rates"] = [json.dumps(by.get(p, {}), sort_keys=True) for p in paths]
+    out["machine_rates_quiet"] = [json.dumps(calm.get(p, {}), sort_keys=True) for p in paths]
+    out["contended"] = [any(d["contended"] for d in by.get(p, {}).values()) for p in paths]
     out["vs_large"] = [ratio.get(p, math.nan) for p in paths]
     return out

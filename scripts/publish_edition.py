@@ -2,8 +2,9 @@
 
     python scripts/publish_edition.py results/edition2 reports/published --tasks gsm8k,mbpp,humaneval
 
-For each task folder of SRC (run folders, and `device/` rows measured on a GPU machine):
-DEST/<task>/ is replaced by the task's run folders (manifest.json, summary.json, and the records
+For each task folder of SRC (run folders, its speed anchors `anchors/*/`, and `device/` rows
+measured on a GPU machine): DEST/<task>/ is replaced by the task's run folders and anchors
+(manifest.json, summary.json, and the records
 gzip-compressed with no timestamp, records.jsonl.gz: the readers take either), then
 `hybridbench report` writes DEST/<task>/report/. The router files the runs name (checkpoints and
 calibration files in their manifests' router arguments) are copied into DEST/routers/, listed
@@ -46,11 +47,13 @@ def compress(src: Path, dst: Path) -> None:
 def publish_task(src: Path, dest: Path) -> list[str]:
     """Replace `dest` by `src`'s run folders (records compressed) and device rows; return the
     router files their manifests name."""
-    from reports.load import run_dirs
+    from reports.load import ANCHORS, run_dirs
 
     runs = run_dirs(src)
     if not runs:
         raise SystemExit(f"{src}: no run folders")
+    if (src / ANCHORS).is_dir():  # large-only on another machine: the speed ratios' denominators
+        runs += run_dirs(src / ANCHORS)
     if dest.exists():
         shutil.rmtree(dest)
     files = []

@@ -291,7 +291,8 @@ def test_batch_probe_measures_the_routers_step_shape(tmp_path, monkeypatch):
 
 def test_run_batched_records_equal_unbatched_and_report_throughput(tmp_path):
     """`hybridbench run --batch 3` writes the records `--batch 1` writes (timing aside); its
-    summary reports throughput, not per-stream latency; the manifest keeps each session's batch."""
+    summary reports throughput, not per-stream latency; the manifest keeps each session's batch
+    and the CPU other processes used meanwhile."""
     import json
 
     from harness.cli import main
@@ -313,6 +314,7 @@ def test_run_batched_records_equal_unbatched_and_report_throughput(tmp_path):
     assert runs[1][0] == runs[3][0] and len(runs[1][0]) == 5
     (session,) = runs[3][1]["sessions"]
     assert session["batch"] == 3 and session["examples"] == 5 and session["wall_s"] > 0
+    assert session["others_cores"] >= 0  # the CPU other processes used meanwhile (/proc/stat)
     summary1, summary3 = runs[1][2], runs[3][2]
     assert summary3["batch"] == 3 and summary3["tok_per_s"] is None  # NaN: not per-stream
     assert summary1["batch"] == 1 and summary1["tok_per_s"] > 0

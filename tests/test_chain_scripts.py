@@ -245,11 +245,13 @@ def test_publish_edition_copies_runs_compressed_and_the_report_regenerates(tmp_p
     (src / "reward_threshold1" / "manifest.json").write_text(json.dumps(manifest))
     (src / "device").mkdir()
     shutil.copy(ROOT / "docs" / "data" / "device-latency-h100.json", src / "device")
+    shutil.copytree(src / "large", src / "anchors" / "machine1")  # a speed anchor goes along
     dest = tmp_path / "published"
     assert publish.main([str(src.parent), str(dest), "--tasks", "demo"]) == 0
     assert not list((dest / "demo").rglob("records.jsonl"))
     gz = sorted((dest / "demo").rglob("records.jsonl.gz"))
-    assert len(gz) == 9 and (dest / "demo" / "device" / "device-latency-h100.json").is_file()
+    assert len(gz) == 10 and (dest / "demo" / "device" / "device-latency-h100.json").is_file()
+    assert (dest / "demo" / "anchors" / "machine1" / "records.jsonl.gz") in gz
     first = [p.read_bytes() for p in gz]
     assert publish.main([str(src.parent), str(dest), "--tasks", "demo"]) == 0
     assert [p.read_bytes() for p in gz] == first  # no timestamp in the gzip header

@@ -61,8 +61,9 @@ def test_throughput_relative_to_large_only_on_the_same_machine():
     sweep = the_sweep()
     labels = session_machines(sweep)
     by = {name: by_machine(m, labels[name]) for name, m in sweep.items()}
-    assert by["large"] == {"A": {"tokens": 4000.0, "wall_s": 100.0, "examples": 158.0},
-                           "B": {"tokens": 1300.0, "wall_s": 100.0, "examples": 42.0}}  # fmt: skip
+    assert by["large"] == {
+        "A": {"tokens": 4000.0, "wall_s": 100.0, "examples": 158.0, "contended": 0.0},
+        "B": {"tokens": 1300.0, "wall_s": 100.0, "examples": 42.0, "contended": 0.0}}  # fmt: skip
     ratio = vs_large(by, ["large", "anchor"])
     assert ratio["small"] == pytest.approx(80.0 / 40.0)  # A only: 80 tok/s vs large's 40 there
     assert ratio["speculative"] == pytest.approx(12.0 / 13.0)  # B only: vs 13 tok/s there
@@ -71,6 +72,29 @@ def test_throughput_relative_to_large_only_on_the_same_machine():
     without_b = vs_large(by, ["large"]) | vs_large({"speculative": by["speculative"]}, [])
     assert math.isnan(without_b["speculative"])  # large-only never ran there (as B's id)
     assert math.isnan(vs_large({"none": {}}, ["none"])["none"])
+
+
+def test_large_only_sessions_recorded_quiet_are_the_denominator_where_there_are_some():
+    """Sessions record the CPU other processes used meanwhile (`others_cores`); on a machine
+    where some large-only session was recorded quiet, those alone give large-only's rate, and
+    a run with a session recorded busy is counted as contended."""
+    sweep = the_sweep()
+    sweep["anchor"]["sessions"][0]["others_cores"] = 0.02  # quiet: 13 tok/s
+    sweep["anchor"]["sessions"].append(  # busy: 5 tok/s, left out of the denominator
+        session("2026-11-24T22:00", 500, 100.0, 48, PROBE_B, mid="ab0be9c69195") | {
+            "others_cores": 0.9})  # fmt: skip
+    sweep["speculative"]["sessions"][1]["others_cores"] = 1.0
+    labels = session_machines(sweep)
+    by = {name: by_machine(m, labels[name]) for name, m in sweep.items()}
+    calm = {name: by_machine(m, labels[name], quiet_only=True) for name, m in sweep.items()}
+    assert calm["anchor"] == {"B": {"tokens": 1300.0, "wall_s": 100.0, "examples": 48.0,
+                                    "contended": 0.0}} and calm["large"] == {}  # fmt: skip
+    assert by["speculative"]["B"]["contended"] == 1.0 and by["anchor"]["B"]["contended"] == 1.0
+    ratio = vs_large(by, ["large", "anchor"], calm)
+    assert ratio["speculative"] == pytest.approx(12.0 / 13.0)  # B: the quiet anchor alone
+    assert ratio["small"] == pytest.approx(2.0)  # A: none recorded quiet, all of large's there
+    pooled = vs_large(by, ["large", "anchor"])  # without the preference: 3100 tok / 300 s on B
+    assert pooled["speculative"] == pytest.approx(12.0 / (3100 / 300))
 
 
 def write_run(folder: Path, router: str, sessions: list[dict], scores: list[float]) -> Path:
@@ -113,20 +137,18 @@ def test_report_divides_by_large_only_on_each_machine_and_lists_the_anchor(tmp_p
     assert speed[3] == "B 66" and speed[6] == f"{12 / 13:.2f}"
     assert cells(md, "Large-only on each machine", "A")[1:] == [
         "large__default (158)",
+        "all (none recorded quiet)",
         "158",
         "4000",
         "100",
         "40.00",
     ]
     assert cells(md, "Large-only on each machine", "B")[1:] == [
-        "anchors/ab0be9c69195 (48); large__default (42)",
-        "90",
-        "2600",
-        "200",
-        "13.00",
-    ]
+        "anchors/ab0be9c69195 (48); large__default (42)", "all (none recorded quiet)", "90",
+        "2600", "200", "13.00"]  # fmt: skip
     machines = cells(md, "Setup", "machines")[1]
-    assert machines.startswith("A: AMD EPYC, 2 CPUs, probe 2026-11-23: large's 16-sequence step")
+    assert machines.startswith("A: AMD EPYC, 2 CPUs, probe 2026-11-23: large's 16-sequence step "
+                               "0.303 s (others' CPU meanwhile: not recorded)")  # fmt: skip
     assert "; B: AMD EPYC" in machines and "C:" not in machines
     runs = md.split("### Runs")[1].split("###")[0]
     assert runs.count("| large |") == 1  # the anchor is not a run of the leaderboard

@@ -327,7 +327,7 @@ def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
     # in order of first use (small's first two sessions: the run's machine, the demo's); the
     # runs without sessions last, unlabelled
     assert machines == (" A: demo, ? CPUs; B: Test CPU @ 1GHz, 3 CPUs, avx2, probe 2025-02-04: "
-                        "large's 16-sequence step 2.000 s; C: Test CPU @ 1GHz, 3 CPUs; demo, "
+                        "large's 16-sequence step 2.000 s (others' CPU meanwhile: not recorded); C: Test CPU @ 1GHz, 3 CPUs; demo, "
                         "? CPUs |"), machines  # fmt: skip
     assert f"| code commits | {'0' * 12}; {'f' * 12} |" in setup  # the demo's, the session's
     assert "| batch sizes | 1; 8; 16 |" in setup
