@@ -293,7 +293,7 @@ SIMD = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx
 
 def cpu_features() -> list[str]:
     """The SIMD extensions of `SIMD` the processor has (/proc/cpuinfo flags; [] elsewhere):
-    two machines sold under one brand ("AMD EPYC") differed 2-3x in llama.cpp's speed, one with
+    two machines sold under one brand ("AMD EPYC") differed 1.5x in llama.cpp's speed, one with
     AVX-512 and one without."""
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):

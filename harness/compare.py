@@ -15,7 +15,7 @@ Rules (every number printed comes from `harness.metrics`):
   emitted tokens / wall seconds, the one speed a batched run has); otherwise per-stream
   `tok_per_s` (`metrics.latency`: emitted tokens / decode seconds). A slowdown old / new above
   `--max-slowdown` (default 1.25) is flagged, when both ran on one machine: two machines sold
-  under one CPU name ran 1.3-2.2x apart (`harness.machines` tells them apart by recorded id or
+  under one CPU name decoded 1.5x apart (`harness.machines` tells them apart by recorded id or
   shared batch probe), so a slowdown across machines is printed, never flagged. Batch sizes
   that differ are printed too.
 - failures: more failed examples (records with an `error`) in new than in old is flagged.

@@ -1,6 +1,6 @@
 """Which machine decoded each session of a run, and speeds compared only within one machine.
 
-Two machines sold under one CPU name ("AMD EPYC") ran llama.cpp's steps 1.3-2.2x apart
+Two machines sold under one CPU name ("AMD EPYC") decoded large-only 1.5x apart
 (docs/issue14-sweep.md), so a speed ratio is only valid between sessions decoded on one machine.
 A session names its machine by `machine.id`, a random id kept in the machine's cache folder
 (recorded from 2026-11-24 on). An older session is tied to a machine through its batch probe:
@@ -116,8 +116,8 @@ def vs_large(
     large_M pooling (tokens / wall) every large-only run in `large` (a task's large row and its
     speed anchors) on machine M; where `quiet_large` (their sessions recorded quiet,
     `by_machine(quiet_only=True)`) has some on M, those alone. A run wholly on one machine gets
-    its rate / large's rate there. NaN for a run that recorded no sessions or ran on a machine
-    no large-only run did."""
+    its rate / large's rate there. NaN for a run that recorded no sessions, has decoded nothing
+    yet, or ran on a machine no large-only run did."""
     large = list(large)
     rate = large_rates(by, large)
     rate.update(large_rates(quiet_large or {}, large))
@@ -128,7 +128,7 @@ def vs_large(
             continue
         baseline = sum(d["wall_s"] * rate[m] for m, d in per.items())
         tokens = sum(d["tokens"] for d in per.values())
-        out[name] = tokens / baseline if baseline > 0 else math.nan
+        out[name] = tokens / baseline if baseline > 0 and tokens > 0 else math.nan
     return out
 
 

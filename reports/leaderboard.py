@@ -469,7 +469,7 @@ def cost_table(df: pd.DataFrame) -> Table:
 
 def _machine_text(cpu: str, mach: dict, probe: dict | None) -> str:
     """'AMD EPYC, 2 CPUs, avx/avx2/fma/f16c, probe 2026-11-24: large's 16-sequence step 0.678 s':
-    one brand covered machines 2-3x apart in speed, so the SIMD extensions (recorded from
+    one brand covered machines 1.5x apart in speed, so the SIMD extensions (recorded from
     2026-11-24 on) and the batch probe's slowest measured step tell them apart."""
     text = f"{cpu}, {mach.get('cpus', '?')} CPUs"
     if mach.get("cpu_features"):

@@ -144,7 +144,11 @@ def throughput_vs_setting(df: pd.DataFrame) -> bytes:
     def draw(ax, g, color):
         x = g["setting_value"].astype(float)
         ax.plot(x, g["vs_large"].astype(float), marker="o", color=color, label="throughput")
-        _reference_lines(ax, df, "vs_large")
+        y = reference(df, "small", "vs_large")
+        if not math.isnan(y):
+            ax.axhline(y, color="grey", linestyle="--", linewidth=1, label="small only")
+        # large-only is 1 by definition (its own row may sit below it: a session on a busy machine)
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="large only")
 
     return _per_router(df, draw, "throughput / large-only")
 
