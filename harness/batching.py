@@ -123,14 +123,17 @@ def _cpu_seconds_all() -> float | None:
 
 class Contention:
     """`with Contention() as c: ...` then `c.others_cores`: the mean number of cores processes
-    other than this one kept busy during the block (None where it cannot be read)."""
+    other than this one kept busy during the block (None where it cannot be read); or
+    `c = Contention()` then `c.so_far()` at any time after."""
 
     others_cores: float | None = None
 
-    def __enter__(self) -> Contention:
+    def __init__(self) -> None:
         self._all, self._own, self._wall = (
             _cpu_seconds_all(), time.process_time(), time.perf_counter()
         )  # fmt: skip
+
+    def __enter__(self) -> Contention:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from harness.batching import BUSY_CORES
 from harness.metrics import rate_sessions
 
+Sums = Mapping[str, Mapping[str, Mapping[str, float]]]  # run -> machine -> `by_machine`'s sums
+
 
 def _nodes(session: Mapping, manifest: Mapping) -> list[str]:
     """What ties a session to a machine: its recorded id, its batch probe's measurement; for a
@@ -105,11 +107,7 @@ def by_machine(
     return out
 
 
-def vs_large(
-    by: Mapping[str, Mapping[str, Mapping[str, float]]],
-    large: Iterable[str],
-    quiet_large: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
-) -> dict[str, float]:
+def vs_large(by: Sums, large: Iterable[str], quiet_large: Sums | None = None) -> dict[str, float]:
     """Each run's throughput relative to large-only's on the machines it ran on: its tokens over
     the tokens large-only would have emitted in the same wall time, machine by machine,
         sum_M tokens_M / sum_M (wall_M * large_M),
@@ -118,9 +116,11 @@ def vs_large(
     `by_machine(quiet_only=True)`) has some on M, those alone. A run wholly on one machine gets
     its rate / large's rate there. NaN for a run that recorded no sessions, has decoded nothing
     yet, or ran on a machine no large-only run did."""
-    large = list(large)
-    rate = large_rates(by, large)
-    rate.update(large_rates(quiet_large or {}, large))
+    rate = {}
+    for machine, (_, used) in large_pool(by, large, quiet_large).items():
+        tokens, wall = _sums(used)
+        if tokens > 0 and wall > 0:
+            rate[machine] = tokens / wall
     out = {}
     for name, per in by.items():
         if not per or any(m not in rate for m in per):
@@ -132,12 +132,25 @@ def vs_large(
     return out
 
 
-def large_rates(by: Mapping[str, Mapping[str, Mapping[str, float]]], large: Iterable[str]):
-    """Machine -> tokens / wall seconds pooled over the runs `large` of `by`."""
-    pooled: dict[str, list[float]] = {}
-    for name in large:
-        for machine, d in by.get(name, {}).items():
-            p = pooled.setdefault(machine, [0.0, 0.0])
-            p[0] += d["tokens"]
-            p[1] += d["wall_s"]
-    return {m: tok / wall for m, (tok, wall) in pooled.items() if tok > 0 and wall > 0}
+def large_pool(
+    by: Sums, large: Iterable[str], quiet_large: Sums | None = None
+) -> dict[str, tuple[bool, list[tuple[str, Mapping[str, float]]]]]:
+    """Per machine, the large-only runs' sums its rate pools (`vs_large`): (True, those of
+    `quiet_large`, their sessions recorded quiet) where they hold tokens on that machine, else
+    (False, those of `by`, all sessions); each a list of (run, its sums there) in `large`'s
+    order."""
+    large = list(large)
+    out = {}
+    for machine in sorted({m for name in large for m in by.get(name, {})}):
+        calm = [(n, quiet_large[n][machine]) for n in large
+                if machine in (quiet_large or {}).get(n, {})]  # fmt: skip
+        tokens, wall = _sums(calm)
+        if tokens > 0 and wall > 0:
+            out[machine] = (True, calm)
+        else:
+            out[machine] = (False, [(n, by[n][machine]) for n in large if machine in by.get(n, {})])
+    return out
+
+
+def _sums(used: list[tuple[str, Mapping[str, float]]]) -> tuple[float, float]:
+    return sum(d["tokens"] for _, d in used), sum(d["wall_s"] for _, d in used)

@@ -228,7 +228,7 @@ def decode_examples(
     bar = tqdm(total=len(examples), desc=f"{task.name}/{router.name}", unit="ex", file=sys.stderr)
     from harness.batching import Contention
 
-    busy = Contention().__enter__()  # the CPU other processes take meanwhile (`_clock`)
+    busy = Contention()  # the CPU other processes take meanwhile (`_clock`)
     start = time.perf_counter()
     try:
         with path.open("a", encoding="utf-8") as f:
@@ -278,8 +278,8 @@ def decode_examples(
 def _clock(session: dict, start: float, reuse: dict | None, busy=None) -> None:
     """The session's wall seconds so far, and `others_cores`: the mean cores other processes
     kept busy meanwhile (`harness.batching.Contention`: on two cores another process's work
-    shows in the run's throughput). With reused answers, the reused examples count their modeled seconds
-    instead of the time spent reusing them (`measured_wall_s` keeps the clock)."""
+    shows in the run's throughput). With reused answers, the reused examples count their
+    modeled seconds instead of the time spent reusing them (`measured_wall_s` keeps the clock)."""
     session["wall_s"] = round(time.perf_counter() - start, 3)
     if busy is not None and (cores := busy.so_far()) is not None:
         session["others_cores"] = cores

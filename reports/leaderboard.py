@@ -348,19 +348,18 @@ def large_table(df: pd.DataFrame, anchors: pd.DataFrame) -> Table:
     large-only' ratio: the task's large row and its speed anchors, pooled per machine."""
     import json
 
+    from harness.machines import large_pool
+
     runs = pd.concat([df[df["router"] == "large"], anchors], ignore_index=True).sort_values("run")
-    rates = {k: [json.loads(x or "{}") for x in runs.get(k, [])]
-             for k in ("machine_rates", "machine_rates_quiet")}  # fmt: skip
+    by, calm = ({name: json.loads(x or "{}") for name, x in zip(runs["run"], runs.get(k, []),
+                                                                strict=True)}
+                for k in ("machine_rates", "machine_rates_quiet"))  # fmt: skip
     rows = []
-    for m in sorted({m for per in rates["machine_rates"] for m in per}):
-        # sessions recorded quiet where the machine has some (harness.machines.vs_large)
-        calm = any(m in per for per in rates["machine_rates_quiet"])
-        which = rates["machine_rates_quiet" if calm else "machine_rates"]
-        used = [(name, per[m]) for name, per in zip(runs["run"], which, strict=True) if m in per]
+    for m, (quiet, used) in large_pool(by, list(by), calm).items():
         ex, tok, wall = (sum(d[k] for _, d in used) for k in ("examples", "tokens", "wall_s"))
         rows.append((
             m, "; ".join(f"{name} ({int(d['examples'])})" for name, d in used),
-            "recorded quiet" if calm else "all (none recorded quiet)",
+            "recorded quiet" if quiet else "all (none recorded quiet)",
             _num(ex, 0), _num(tok, 0), _num(wall, 0), _num(tok / wall if wall else math.nan, 2),
         ))  # fmt: skip
     header = ("machine", "large-only runs (examples)", "sessions", "examples", "tokens",
@@ -468,7 +467,8 @@ def cost_table(df: pd.DataFrame) -> Table:
 
 
 def _machine_text(cpu: str, mach: dict, probe: dict | None) -> str:
-    """'AMD EPYC, 2 CPUs, avx/avx2/fma/f16c, probe 2026-11-24: large's 16-sequence step 0.678 s':
+    """'AMD EPYC, 2 CPUs, avx/avx2/fma/f16c, probe 2026-11-24: large's 16-sequence step 0.678 s
+    (others' CPU meanwhile: not recorded)':
     one brand covered machines 1.5x apart in speed, so the SIMD extensions (recorded from
     2026-11-24 on) and the batch probe's slowest measured step tell them apart."""
     text = f"{cpu}, {mach.get('cpus', '?')} CPUs"
@@ -503,7 +503,7 @@ def setup_table(df: pd.DataFrame) -> Table:
         for i, where in enumerate([m, *sessions]):
             mach = {**(m.get("machine") or {}), **(where.get("machine") or {})}
             cpu = mach.get("cpu") or (where.get("batch_probe") or {}).get("cpu")  # older runs
-            if cpu and i and i <= len(labels):  # a session: described under its machine's label
+            if cpu and i:  # a session: described under its machine's label
                 text = _machine_text(cpu, mach, where.get("batch_probe"))
                 when = str(where.get("started", ""))
                 if when >= latest.get(labels[i - 1], ("", ""))[0]:
