@@ -23,7 +23,7 @@ from harness import metrics
 from harness.costmodel import PROFILES, modeled_latency
 from harness.errors import UserError
 from harness.frontier import aiq, apgr, cpt, pgr
-from reports.load import REFERENCES, add_speed, anchor_runs, load_runs, read_records
+from reports.load import REFERENCES, add_speed, load_runs, read_records
 from reports.plots import CAPTIONS, PLOTS, reference
 
 GB = 1e9
@@ -607,11 +607,8 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
         raise UserError(f"no runs (folders with manifest.json) under {str(results_dir)!r}")
     # speed anchors (large-only on another machine) label machines and pool large's rates with
     # the runs, and are shown only in the large-only table
-    anchors = anchor_runs(df)
-    both = add_speed(pd.concat([df, anchors], ignore_index=True) if len(anchors) else df,
-                     anchors.iloc[:0])  # fmt: skip
-    is_anchor = both["path"].isin(set(anchors.get("path", [])))
-    df, anchors = both[~is_anchor], both[is_anchor]
+    both = add_speed(df, with_anchors=True)
+    df, anchors = both[~both["anchor"]], both[both["anchor"]]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     title = f"hybridbench leaderboard: {Path(results_dir).resolve().name}"

@@ -163,11 +163,12 @@ def anchor_runs(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=None if rows else list(COLUMNS))
 
 
-def add_speed(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> pd.DataFrame:
-    """`df` with the machines its runs decoded on and their speed against large-only there:
+def add_speed(df: pd.DataFrame, with_anchors: bool = False) -> pd.DataFrame:
+    """`df` with the machines its runs decoded on and their speed against large-only there
+    (`with_anchors`: followed by its speed anchors' rows, `anchor_runs`, marked in `anchor`):
 
     session_machines   JSON list: per session of the manifest, its machine's label ("A", "B",
-                       ... in order of first use over `df` and `anchors`; harness.machines)
+                       ... in order of first use over `df` and its anchors; harness.machines)
     machines           examples per machine over the throughput's sessions: 'A 158, B 42'
     machine_rates      JSON: the same per machine, with tokens, wall seconds and how many
                        sessions recorded other processes busy (`harness.machines.by_machine`)
@@ -181,7 +182,7 @@ def add_speed(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> pd.DataF
     """
     from harness.machines import by_machine, session_machines, vs_large
 
-    anchors = anchor_runs(df) if anchors is None else anchors
+    anchors = anchor_runs(df)
     both = pd.concat([df, anchors], ignore_index=True) if len(anchors) else df
     manifests = {
         p: json.loads((Path(p) / "manifest.json").read_text(encoding="utf-8"))
@@ -200,7 +201,9 @@ def add_speed(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> pd.DataF
             rate = float(large.mean()) if len(large) else math.nan
             ratio.update({p: float(t) / rate if rate > 0 else math.nan
                           for p, t in zip(old["path"], old["tok_per_s"], strict=True)})  # fmt: skip
-    out = df.copy()
+    out = both.copy() if with_anchors else df.copy()
+    if with_anchors:
+        out["anchor"] = out["path"].isin(set(anchors.get("path", [])))
     paths = list(out.get("path", []))
     out["session_machines"] = [json.dumps(labels.get(p, [])) for p in paths]
     out["machines"] = [
