@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from harness.backends.hf import HFBackend
+from harness.backends.hf import HFBackend, cache_kwarg, returned_cache
 from harness.errors import UserError
 from harness.records import ModelInfo
 from routers.base import Needs, StepView, TokenRouter
@@ -93,15 +93,16 @@ class RewardModel(torch.nn.Module):
         size = backbone.config.get_text_config().hidden_size
         self.head_kind = head
         self.head = make_head(size, head).to(device)
+        self.cache_kwarg = cache_kwarg(backbone)
 
     def forward(self, input_ids: torch.Tensor, past_key_values=None):
         out = self.backbone(
             input_ids=input_ids,
-            past_key_values=past_key_values,
             use_cache=past_key_values is not None,
+            **{self.cache_kwarg: past_key_values},
         )
         h = out.last_hidden_state
-        return self.head(h.float()).squeeze(-1), h, out.past_key_values
+        return self.head(h.float()).squeeze(-1), h, returned_cache(out)
 
     @property
     def config(self):

@@ -16,6 +16,8 @@ from transformers import DynamicCache
 sys.path.insert(0, str(Path(__file__).parent))
 import device_latency  # noqa: E402
 
+from harness.backends.hf import returned_cache  # noqa: E402
+
 N, P = 200, 160
 b = device_latency.shadow(Path(sys.argv[1]), "large", "cuda")
 m = b.model
@@ -40,18 +42,18 @@ run("backend.forward", lambda ids: b.forward(ids, 1))
 
 @torch.inference_mode()
 def raw(ids, cpu=True):
-    out = m(input_ids=torch.tensor([ids], device="cuda"), past_key_values=b.cache, use_cache=True,
-            logits_to_keep=1)  # fmt: skip
-    b.cache = out.past_key_values
+    out = m(input_ids=torch.tensor([ids], device="cuda"), use_cache=True, logits_to_keep=1,
+            **{b.cache_kwarg: b.cache})  # fmt: skip
+    b.cache = returned_cache(out)
     last = out.logits[0, -1:]
     return last.float().cpu() if cpu else last.argmax(-1)
 
 
 @torch.no_grad()
 def nograd(ids):
-    out = m(input_ids=torch.tensor([ids], device="cuda"), past_key_values=b.cache, use_cache=True,
-            logits_to_keep=1)  # fmt: skip
-    b.cache = out.past_key_values
+    out = m(input_ids=torch.tensor([ids], device="cuda"), use_cache=True, logits_to_keep=1,
+            **{b.cache_kwarg: b.cache})  # fmt: skip
+    b.cache = returned_cache(out)
     return out.logits[0, -1:].float().cpu()
 
 

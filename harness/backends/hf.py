@@ -10,11 +10,26 @@ import torch
 from harness.records import ModelInfo
 
 
+def cache_kwarg(model) -> str:
+    """The keyword `model`'s forward takes its KV cache by: `cache` in recent transformers
+    (which warn on the older `past_key_values` and drop it in 5.40), else `past_key_values`."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def returned_cache(out):
+    """The KV cache a transformers model output carries, under either name."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
 class HFBackend:
     """A transformers causal LM with a `DynamicCache`; outputs come back as float32 on CPU."""
 
     def __init__(self, model, info: ModelInfo):
         self.model = model.eval()
+        self.cache_kwarg = cache_kwarg(model)
         self.info = info
         self.device = next(model.parameters()).device
         self.length = 0
@@ -50,12 +65,12 @@ class HFBackend:
         # every other prompt position (a large share of prefill cost for a 150k vocabulary).
         out = self.model(
             input_ids=x,
-            past_key_values=self.cache,
             use_cache=True,
             output_hidden_states=hidden,
             logits_to_keep=n_rows,
+            **{self.cache_kwarg: self.cache},
         )
-        self.cache = out.past_key_values
+        self.cache = returned_cache(out)
         self.length += len(ids)
         logits = out.logits[0, -n_rows:].float().cpu()
         h = out.hidden_states[-1][0, -n_rows:].float().cpu() if hidden else None
