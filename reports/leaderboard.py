@@ -135,7 +135,7 @@ def router_metrics(df: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 "router": router,
-                "settings": len(g),
+                "settings": int(q.notna().sum()),  # a run with no example yet has no quality
                 "apgr_token": apgr(tok, q, q_small, q_large),
                 "apgr_call": apgr(call, q, q_small, q_large),
                 "cpt50": cpt(tok, q, q_small, q_large, 0.5),

@@ -187,3 +187,5 @@ def test_a_run_with_nothing_decoded_yet_has_no_rates(tmp_path):
     row = next(x for x in table.splitlines() if x.startswith("| random |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[3].endswith(" 0") and cells[4:] == ["—"] * 5
+    routers = md.split("### Routers")[1].split("###")[0]
+    assert "| random | 0 |" in routers  # settings measured so far: none
