@@ -6,8 +6,8 @@
 
 For every router, ratio = its fastest round / the fastest of the floor's rounds timed between its
 own (`extra_info["floor_min_s"]`: the same tiny models decoding the same tokens with plain
-transformers calls). The check
-fails (exit 1) when a router's ratio grew more than --max-slowdown times over the baseline's.
+transformers calls). The check fails (exit 1) when a router's ratio grew more than --max-slowdown
+times over the baseline's.
 Absolute timings do not compare across hosts: two CI hosts reporting the same CPU name ran the
 same code 1.7x apart, uniformly over every router, which an absolute limit read as a regression.
 A ratio moves only when the harness's own work per token grows against the models'.
@@ -20,24 +20,23 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).parent / "baselines"
-FLOOR = "floor_min_s"  # extra_info key: the floor's fastest round, timed between the benchmark's
+import baseline  # benchmarks/baseline.py, beside this file: ROOT, FLOOR, pick()
 
 
 def ratios(path: Path) -> dict[str, float]:
     """Benchmark name -> its fastest round over its floor's, from a pytest-benchmark JSON file."""
     out = {}
     for b in json.loads(path.read_text())["benchmarks"]:
-        if FLOOR not in b.get("extra_info", {}):
-            raise SystemExit(f"{path}: {b['name']} has no {FLOOR}: nothing to divide by")
-        out[b["name"]] = b["stats"]["min"] / b["extra_info"][FLOOR]
+        if baseline.FLOOR not in b.get("extra_info", {}):
+            raise SystemExit(f"{path}: {b['name']} has no {baseline.FLOOR}: nothing to divide by")
+        out[b["name"]] = b["stats"]["min"] / b["extra_info"][baseline.FLOOR]
     return out
 
 
 def baseline_path(ident: str) -> Path:
-    found = sorted(ROOT.glob(f"*/{ident}_*.json"))
+    found = sorted(baseline.ROOT.glob(f"*/{ident}_*.json"))
     if not found:
-        raise SystemExit(f"no saved baseline {ident!r} under {ROOT}")
+        raise SystemExit(f"no saved baseline {ident!r} under {baseline.ROOT}")
     return found[0]
 
 
@@ -48,9 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-slowdown", type=float, default=2.0)
     args = ap.parse_args(argv)
     if args.baseline is None:
-        from baseline import pick  # benchmarks/baseline.py, beside this file
-
-        args.baseline = pick()
+        args.baseline = baseline.pick()
         if not args.baseline:
             print("no saved baseline with a floor for this CPU: nothing to check against")
             return 0

@@ -15,9 +15,8 @@ the same number of tokens with plain transformers calls and no harness (`extra_i
 `floor_min_s`, the fastest). Each router's fastest round over its floor's fastest, taken
 alternately, is what `benchmarks/check.py` compares with a saved baseline: a ratio measured side
 by side, so a slower or busier host (CI's hosts under one CPU name ran 1.7x apart) moves both
-and leaves the ratio. Saved
-baselines live in benchmarks/baselines/ (written with --benchmark-save; the folder below it is
-pytest-benchmark's machine id).
+and leaves the ratio. Saved baselines live in benchmarks/baselines/ (written with
+--benchmark-save; the folder below it is pytest-benchmark's machine id).
 """
 
 from __future__ import annotations
@@ -90,10 +89,11 @@ def _prompt() -> list[int]:
 
 
 def _plain_decode(models, prompt: list[int], n: int) -> None:
-    """n greedy steps of each model with its KV cache: transformers alone, no harness."""
+    """n greedy steps of each (model, its cache keyword `cache_kwarg`) with its KV cache:
+    transformers alone, no harness."""
     with torch.inference_mode():
-        for model in models:
-            ids, past, name = torch.tensor([prompt]), None, cache_kwarg(model)
+        for model, name in models:
+            ids, past = torch.tensor([prompt]), None
             for _ in range(n):
                 out = model(input_ids=ids, use_cache=True, **{name: past})
                 past, ids = returned_cache(out), out.logits[:, -1:].argmax(-1)
@@ -108,7 +108,7 @@ def test_router_overhead(benchmark, name, untrained):
         models["reward"] = HFBackend(scorer, info("reward", scorer))
     prompt = _prompt()
     cfg = DecodeConfig(max_new_tokens=TOKENS)  # no EOS: every round emits TOKENS tokens
-    pair, floor = tiny_pair(), []
+    pair, floor = [(m, cache_kwarg(m)) for m in tiny_pair()], []
 
     def floor_then_args():
         """Untimed by pytest-benchmark: the floor, timed here right before each round."""

@@ -320,20 +320,20 @@ def speed_table(df: pd.DataFrame, routers: pd.DataFrame, cache: dict) -> Table:
         manifest = json.loads((Path(r["path"]) / "manifest.json").read_text(encoding="utf-8"))
         records = _scores(r["path"], cache)
         modeled = [modeled_latency(records, manifest, PROFILES[p]) for p in PROFILE_COLUMNS]
-        # answers reused from small-only / large-only runs: their decoding time is modeled
-        mark = _modeled(r)
         # a run with nothing decoded yet has no rate (its summary says 0)
         decoded = float(r.get("n") or 0) > 0
         rate = r.get("throughput_tok_per_s", math.nan) if decoded else math.nan
         per_hour = r.get("examples_per_hour", math.nan) if decoded else math.nan
+        # answers reused from small-only / large-only runs: their decoding time is modeled
+        mark = _modeled(r) if decoded else ""
         rows.append(
             (
                 r["router"],
                 r["setting"] or "—",
                 _num(r.get("batch", math.nan), 0),
                 r.get("machines") or "—",
-                _num(rate, 2) + (mark if decoded else ""),
-                _num(per_hour, 1) + (mark if decoded else ""),
+                _num(rate, 2) + mark,
+                _num(per_hour, 1) + mark,
                 _speed_cell(r),
                 *(_num(m["modeled_tok_per_s"], 1) for m in modeled),
             )

@@ -66,9 +66,11 @@ def _knobbed(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(r, g.sort_values(["setting_value", "run"])) for r, g in routed.groupby("router")]
 
 
-def _reference_lines(ax, df: pd.DataFrame, column: str) -> None:
+def _reference_lines(ax, df: pd.DataFrame, column: str, large: float | None = None) -> None:
+    """Small-only's and large-only's `column` as dashed lines (`large`: large-only's value, where
+    it is known by definition rather than read from its row)."""
     for router, color in (("small", "grey"), ("large", "black")):
-        y = reference(df, router, column)
+        y = large if router == "large" and large is not None else reference(df, router, column)
         if not math.isnan(y):
             ax.axhline(y, color=color, linestyle="--", linewidth=1, label=f"{router} only")
 
@@ -144,11 +146,8 @@ def throughput_vs_setting(df: pd.DataFrame) -> bytes:
     def draw(ax, g, color):
         x = g["setting_value"].astype(float)
         ax.plot(x, g["vs_large"].astype(float), marker="o", color=color, label="throughput")
-        y = reference(df, "small", "vs_large")
-        if not math.isnan(y):
-            ax.axhline(y, color="grey", linestyle="--", linewidth=1, label="small only")
         # large-only is 1 by definition (its own row may sit below it: a session on a busy machine)
-        ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="large only")
+        _reference_lines(ax, df, "vs_large", large=1.0)
 
     return _per_router(df, draw, "throughput / large-only")
 
