@@ -281,6 +281,10 @@ def paired_table(
     rows = []
     for _, r in df[~df["router"].isin(UNCOMPARED)].iterrows():
         control = CONTROLS.get(r["router"], "random")
+        if pd.isna(r["large_token_share"]):  # a run just started: nothing decoded to pair yet
+            rows.append((r["router"], r["setting"] or "—", "—", "nothing decoded yet",
+                         "—", "0", "—", "—"))  # fmt: skip
+            continue
         # small-only and large-only are every control's end points (random at p = 0 and 1)
         pool = controls[controls["router"].isin([control, *ENDS])]
         gap = (pool["large_token_share"] - r["large_token_share"]).abs().fillna(math.inf)

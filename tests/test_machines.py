@@ -174,7 +174,7 @@ def test_compare_flags_a_slowdown_only_on_one_machine(tmp_path, capsys):
 
 def test_a_run_with_nothing_decoded_yet_has_no_rates(tmp_path):
     """A row the chain has just started (a session, no example) reads "—" where a rate would
-    be, not 0 tok/s: 0 is a measurement, and nothing was measured."""
+    be, not 0 tok/s: 0 is a measurement, and nothing was measured; nor is it paired."""
     from reports import write_report
 
     sweep, task = the_sweep(), tmp_path / "edition" / "gsm8k"
@@ -182,10 +182,17 @@ def test_a_run_with_nothing_decoded_yet_has_no_rates(tmp_path):
         write_run(task / f"{name}__default", name, sweep[name]["sessions"], [1.0, 0.0] * 4)
     started = session("2026-11-25T01:16:50", 0, 26.0, examples=0, mid="ab0be9c69195")
     write_run(task / "random__p=0.35", "random", [started], [])
+    write_run(task / "entropy__target_share=0.2", "entropy", [started], [])
     md = (write_report(task, tmp_path / "out").parent / "leaderboard.md").read_text()
     table = md.split("### Throughput (measured)")[1].split("###")[0]
     row = next(x for x in table.splitlines() if x.startswith("| random |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[3].endswith(" 0") and cells[4:] == ["—"] * 5
+    # nor is it paired with a control (it has no share yet: it was paired with large, "1.000
+    # (not matched)", the nearest to nothing)
+    table = md.split("### Paired vs control at the same share")[1].split("###")[0]
+    row = next(x for x in table.splitlines() if x.startswith("| entropy |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:] == ["—", "nothing decoded yet", "—", "0", "—", "—"]
     routers = md.split("### Routers")[1].split("###")[0]
     assert "| random | 0 |" in routers  # settings measured so far: none
