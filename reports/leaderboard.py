@@ -234,6 +234,12 @@ def goal_table(df: pd.DataFrame) -> Table:
     return Table(title, header, tuple(rows))
 
 
+def _decoded(r) -> bool:
+    """Whether a run has decoded any example (a run the chain has just started has not: its
+    summary says 0 tok/s and its shares are NaN, which no table should read as a measurement)."""
+    return float(r.get("n") or 0) > 0
+
+
 def _modeled(r) -> str:
     """' (modeled)' for a run whose answers came from other runs (its clock is modeled)."""
     return " (modeled)" if str(r.get("throughput_modeled")) == "True" else ""
@@ -281,7 +287,7 @@ def paired_table(
     rows = []
     for _, r in df[~df["router"].isin(UNCOMPARED)].iterrows():
         control = CONTROLS.get(r["router"], "random")
-        if pd.isna(r["large_token_share"]):  # a run just started: nothing decoded to pair yet
+        if not _decoded(r):  # nothing to pair yet
             rows.append((r["router"], r["setting"] or "—", "—", "nothing decoded yet",
                          "—", "0", "—", "—"))  # fmt: skip
             continue
@@ -324,8 +330,7 @@ def speed_table(df: pd.DataFrame, routers: pd.DataFrame, cache: dict) -> Table:
         manifest = json.loads((Path(r["path"]) / "manifest.json").read_text(encoding="utf-8"))
         records = _scores(r["path"], cache)
         modeled = [modeled_latency(records, manifest, PROFILES[p]) for p in PROFILE_COLUMNS]
-        # a run with nothing decoded yet has no rate (its summary says 0)
-        decoded = float(r.get("n") or 0) > 0
+        decoded = _decoded(r)  # a run just started has no rate yet
         rate = r.get("throughput_tok_per_s", math.nan) if decoded else math.nan
         per_hour = r.get("examples_per_hour", math.nan) if decoded else math.nan
         # answers reused from small-only / large-only runs: their decoding time is modeled
