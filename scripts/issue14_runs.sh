@@ -102,7 +102,9 @@ for task in gsm8k mbpp humaneval; do
     done
     args=(--router-arg "entropy:calibration=$cal/entropy.json"
           --router-arg "confidence:calibration=$cal/confidence.json")
-    routers=oracle,speculative,random,entropy,confidence,random_query
+    # the trained routers (issue 13's must-show) before confidence, the second untrained
+    # baseline: with a row taking a good part of a session here, the order is what gets published first
+    routers=oracle,speculative,random,entropy,random_query
     if [ -f "$TRAINED/reward/reward.pt" ]; then
         [ -f "$cal/reward.json" ] || step hybridbench calibrate --router reward \
             --checkpoint "$TRAINED/reward/reward.pt" --task $task --limit $ALL \
@@ -116,6 +118,7 @@ for task in gsm8k mbpp humaneval; do
         ck="$TRAINED/$r-$src/$r.pt"; [ $r = citer ] && ck="$TRAINED/citer-ref-$src/citer.pt"
         [ -f "$ck" ] && routers+=,$r && args+=(--router-arg "$r:path=$ck")
     done
+    routers+=,confidence
     # small-only and large-only first: the query routers and the oracle take their answers from
     # them (greedy: the same tokens; only the routing prefill / one teacher-forced small pass
     # runs, their throughput is modeled, README "Reusing answers")
