@@ -23,7 +23,7 @@ from harness import metrics
 from harness.costmodel import PROFILES, modeled_latency
 from harness.errors import UserError
 from harness.frontier import aiq, apgr, cpt, pgr
-from reports.load import REFERENCES, add_speed, load_runs, read_records
+from reports.load import REFERENCES, add_speed, load_runs, read_records, setting_label
 from reports.plots import CAPTIONS, PLOTS, reference
 
 GB = 1e9
@@ -397,7 +397,7 @@ def device_tables(paths: list[Path]) -> list[Table]:
                 continue
             lo, hi = metrics.ratio_ci([e["tokens"] for e in ex], [e["measured_s"] for e in ex])
             sheet = s["modeled_tok_per_s_datasheet"]
-            args = ", ".join(f"{k}={v}" for k, v in sorted(row["router_args"].items()))
+            args = setting_label(row["router_args"])  # no calibration file path
             rows.append((name, args or "—", str(s["n"]), str(s["tokens"]),
                          _num(s["large_token_share"]),
                          f"{_num(s['measured_tok_per_s'], 1)} [{_num(lo, 1)}, {_num(hi, 1)}]",

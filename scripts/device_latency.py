@@ -26,6 +26,10 @@ Two engines rebuild the models:
         --skeletons CARRY/skeletons --runs CARRY/small CARRY/large CARRY/random --threads 8 \
         --out $OUT/device-latency-llamacpp.json
 
+What travels there (64 MiB in all): `--pack-rows CARRY/rows --runs RUN... --limit N` copies the
+runs' first N replayable examples; `--save-skeletons CARRY/skeletons`; `scripts/device_llamacpp.sh
+pack CARRY`.
+
 With llama.cpp, OMP_NUM_THREADS=1 keeps this process's torch (the core's per-token work) on one
 thread: with torch's default 16 threads beside small's 8 llama.cpp threads, small decoded 2.4x
 slower than alone (docs/issue14-device.md).
@@ -322,6 +326,18 @@ def load_rows(runs: list[Path], limit: int) -> list[tuple[Path, dict, list[dict]
     return [(run, m, [rec[i] for i in keep]) for run, m, rec in rows]
 
 
+def pack_rows(runs: list[Path], limit: int, dest: Path) -> None:
+    """Copies of the runs holding only what a replay of `limit` examples reads (`load_rows`'
+    selection, in its order): the manifest and those records. A sweep's 200-example rows are
+    ~7 MB each, and what travels to the GPU machine is 64 MiB in all."""
+    for run, manifest, records in load_rows(runs, limit):
+        (dest / run.name).mkdir(parents=True, exist_ok=True)
+        (dest / run.name / "manifest.json").write_text(json.dumps(manifest))
+        with open(dest / run.name / "records.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        print(f"{run} -> {dest / run.name}: {len(records)} examples")
+
+
 def summary(examples: list[dict]) -> dict:
     """A row's totals over its timed examples: tokens per second measured, modeled under each
     profile, and recorded on the machine that made the run."""
@@ -355,6 +371,12 @@ def main() -> None:
                     help="print outputs as the leaderboard's tables and exit (a results folder's "
                          "device/*.json appear in its leaderboard)")  # fmt: skip
     ap.add_argument("--runs", type=Path, nargs="+", default=[])
+    ap.add_argument(
+        "--pack-rows",
+        type=Path,
+        metavar="DEST",
+        help="copy --runs' first --limit replayable examples into DEST and exit",
+    )
     ap.add_argument("--limit", type=int, default=8, help="examples per row (see load_rows)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no example after this")
     ap.add_argument("--small-device", default="cpu")
@@ -374,6 +396,9 @@ def main() -> None:
         return
     if args.save_skeletons:
         save_skeletons(args.save_skeletons)
+        return
+    if args.pack_rows:
+        pack_rows(args.runs, args.limit, args.pack_rows)
         return
     if args.report:
         from reports.leaderboard import _md_table, device_tables

@@ -74,3 +74,30 @@ def test_rows_replay_over_worker_processes(tmp_path, row):
     assert fw(again) == fw(rec) and again.token_ids == rec.token_ids
     with pytest.raises(RuntimeError, match="llama_decode failed|ended"):
         workers["small"].forward(list(range(10_000)), 1)  # past its context: the worker says so
+
+
+def test_pack_rows_keeps_what_a_replay_reads(tmp_path):
+    """--pack-rows copies each run's manifest and the examples load_rows would replay (finished
+    in every run, in the first run's order, at most --limit), so the packed rows replay the same."""
+
+    def run(name, router, ids, looped=()):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps({"router": router, "decode": {}}))
+        with open(d / "records.jsonl", "w") as f:
+            for i in ids:
+                stop = "max_tokens" if i in looped else "eos"
+                f.write(json.dumps({"example_id": i, "generation": {"stop_reason": stop}}) + "\n")
+        return d
+
+    a = run("small__default", "small", ["e1", "e2", "e3", "e4", "e5"], looped={"e2"})
+    b = run("random__p=0.1", "random", ["e3", "e1", "e5", "e2"])  # no e4, another order
+    dl.pack_rows([a, b], 2, tmp_path / "packed")
+    packed = [tmp_path / "packed" / a.name, tmp_path / "packed" / b.name]
+    for d in packed:
+        ids = [json.loads(x)["example_id"] for x in (d / "records.jsonl").open()]
+        assert ids == ["e1", "e3"]
+    assert json.loads((packed[1] / "manifest.json").read_text())["router"] == "random"
+    assert dl.load_rows(packed, 2) == [
+        (p, m, recs) for (_, m, recs), p in zip(dl.load_rows([a, b], 2), packed, strict=True)
+    ]

@@ -256,13 +256,17 @@ def test_quality_goal_table_takes_each_routers_best_run_under_the_share(results)
 @pytest.mark.parametrize(
     "name, engine",
     [("device-latency-h100.json", "engine transformers 5.17.0, eager, bf16"),
-     ("device-latency-h100-llamacpp.json", "engine llama.cpp (llama-cpp-python 0.3.36")],
+     ("device-latency-h100-llamacpp.json", "engine llama.cpp (llama-cpp-python 0.3.36"),
+     ("device-latency-h100-llamacpp-edition2.json", "engine llama.cpp (llama-cpp-python 0.3.36")],
 )  # fmt: skip
 def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path, name, engine):
     """A results folder's device/*.json (scripts/device_latency.py) becomes a table: measured
     tok/s from the examples' own tokens and seconds, beside the modeled figures it recorded,
-    under a title that names the engine (files of session 6 have none: transformers)."""
+    under a title that names the engine (files of session 6 have none: transformers), and each
+    row's setting without its file arguments (an entropy row's calibration path)."""
     import shutil
+
+    from reports.load import setting_label
 
     copy = tmp_path / "results"
     shutil.copytree(results, copy)
@@ -281,6 +285,8 @@ def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path, name, engine):
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[2] == str(len(ex)) and cells[5].startswith(f"{rate:.1f} [")
         assert cells[7] == f"{sheet:.1f}"
+        assert cells[1] == (setting_label(row["router_args"]) or "—")
+    assert "calibration=" not in md
 
 
 def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
