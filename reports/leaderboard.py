@@ -130,12 +130,16 @@ def router_metrics(df: pd.DataFrame) -> pd.DataFrame:
     q_small, q_large = reference(df, "small", "quality"), reference(df, "large", "quality")
     rows = []
     for router, g in df[~df["router"].isin(REFERENCES)].groupby("router"):
+        g = g[g["quality"].notna()]  # a run with no example yet has no quality and no share
         tok, call, q = g["large_token_share"], g["large_call_share"], g["quality"]
         refs_ok = not (math.isnan(q_small) or math.isnan(q_large))
+        if not len(g):  # nothing measured: not the random line that empty curves would give
+            rows.append({"router": router, "settings": 0})
+            continue
         rows.append(
             {
                 "router": router,
-                "settings": int(q.notna().sum()),  # a run with no example yet has no quality
+                "settings": len(g),
                 "apgr_token": apgr(tok, q, q_small, q_large),
                 "apgr_call": apgr(call, q, q_small, q_large),
                 "cpt50": cpt(tok, q, q_small, q_large, 0.5),

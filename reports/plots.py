@@ -56,7 +56,14 @@ def reference(df: pd.DataFrame, router: str, column: str) -> float:
 
 
 def _routed(df: pd.DataFrame) -> pd.DataFrame:
-    return df[~df["router"].isin(REFERENCES)]
+    """The non-reference runs that have decoded something (a run the chain has just started has
+    no quality and no share: it would be an empty legend entry or an empty panel)."""
+    return df[~df["router"].isin(REFERENCES) & df["quality"].notna()]
+
+
+def _router_colors(df: pd.DataFrame) -> dict[str, tuple]:
+    """One color per router, the same in every plot of a report."""
+    return _colors(sorted(_routed(df)["router"].unique()))
 
 
 def _knobbed(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -80,7 +87,7 @@ def quality_vs_share(df: pd.DataFrame) -> bytes:
     band, and the small-only and large-only qualities as dashed horizontal lines."""
     fig, axes = _figure(12, 4.8, ncols=2)
     routed = _routed(df)
-    colors = _colors(sorted(routed["router"].unique()))
+    colors = _router_colors(df)
     for ax, share in zip(axes, ("large_token_share", "large_call_share"), strict=True):
         for router, g in routed.groupby("router"):
             g = g.sort_values([share, "run"])
@@ -114,7 +121,7 @@ def _per_router(df: pd.DataFrame, draw, ylabel: str) -> bytes:
         return _empty(fig, axes[0], "no router with a numeric setting")
     for ax in axes[len(knobbed) :]:
         ax.set_axis_off()
-    colors = _colors([r for r, _ in knobbed])
+    colors = _router_colors(df)
     for ax, (router, g) in zip(axes, knobbed, strict=False):
         draw(ax, g, colors[router])
         ax.set_title(router)

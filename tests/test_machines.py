@@ -195,4 +195,9 @@ def test_a_run_with_nothing_decoded_yet_has_no_rates(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2:] == ["—", "nothing decoded yet", "—", "0", "—", "—"]
     routers = md.split("### Routers")[1].split("###")[0]
-    assert "| random | 0 |" in routers  # settings measured so far: none
+    # settings measured so far: none; and no curve metrics (an empty curve read as the random
+    # line: APGR 0.500, CPT 50% / 80%, in a reward row the chain had just started)
+    assert "| random | 0 | — | — | — | — | — |" in routers
+    runs = md.split("### Runs")[1].split("###")[0]
+    row = next(x for x in runs.splitlines() if x.startswith("| random |"))
+    assert [c.strip() for c in row.strip("|").split("|")][6:8] == ["—", "—"]  # its APGRs

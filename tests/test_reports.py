@@ -217,6 +217,39 @@ def test_per_router_panels_wrap_four_to_a_row(results):
     assert size(share_vs_setting(many)) == (1600, 3 * 340)  # nine: three rows of four
 
 
+def test_plots_color_each_router_alike_and_leave_out_runs_not_decoded(results, monkeypatch):
+    """Every plot gives a router the same color (the panels colored routers by their own list
+    and the quality plot by another: random was green in one and orange in the next), and a run
+    the chain has just started (no example, no quality) draws neither a legend entry nor an
+    empty panel."""
+    import math
+
+    import pandas as pd
+    from matplotlib.colors import to_hex
+
+    from reports import plots
+
+    df = load_runs(results)
+    started = df[df["router"] == "reward"].iloc[:1].assign(
+        router="citer", n=0, quality=math.nan, large_token_share=math.nan,
+        large_call_share=math.nan, quality_ci_low=math.nan, quality_ci_high=math.nan)  # fmt: skip
+    df = pd.concat([df, started], ignore_index=True)
+    figs = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figs.append(fig) or b"")
+
+    def colors(ax) -> dict[str, str]:
+        return {ln.get_label(): to_hex(ln.get_color()) for ln in ax.get_lines()}
+
+    plots.quality_vs_share(df)
+    legend = colors(figs[-1].axes[0])
+    assert {"random", "reward", "speculative"} <= set(legend) and "citer" not in legend
+    plots.share_vs_setting(df)
+    panels = {ax.get_title(): ax for ax in figs[-1].axes if ax.get_title()}
+    assert set(panels) == {"random", "reward", "speculative"}  # no empty citer panel
+    for router, ax in panels.items():
+        assert colors(ax)["token share"] == legend[router], router
+
+
 def test_a_table_with_no_rows_says_so(results, tmp_path):
     import shutil
 
