@@ -592,7 +592,9 @@ def _html_table(t: Table) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in t.header)
 
     def cell(c: str) -> str:  # a number and its interval stay on one line; text may wrap
-        attr = ' class="num"' if NUMERIC.match(c) else ""
+        # a number (with its interval or a note) stays on one line; longer text that merely
+        # starts with a digit (a list of commits) wraps, or it widened its column past the page
+        attr = ' class="num"' if NUMERIC.match(c) and len(c) <= NUM_CELL_MAX else ""
         return f"<td{attr}>{html.escape(c)}</td>"
 
     body = "\n".join("<tr>" + "".join(cell(c) for c in row) + "</tr>" for row in t.rows)
@@ -608,6 +610,7 @@ CSS = (
     "figure{margin:1.5em 0}figcaption{font-weight:bold}"
 )
 NUMERIC = re.compile(r"^[-+]?(\d|—$)")
+NUM_CELL_MAX = 32  # characters: '+0.260 [+0.195, +0.330]' is 23
 
 
 def add_tables(md: list[str], body: list[str], tables: list[Table]) -> None:

@@ -250,6 +250,20 @@ def test_plots_color_each_router_alike_and_leave_out_runs_not_decoded(results, m
         assert colors(ax)["token share"] == legend[router], router
 
 
+def test_html_keeps_numbers_on_one_line_and_lets_long_text_wrap():
+    """A number with its interval stays on one line (class num: nowrap); a long cell that only
+    starts with a digit (the setup table's list of commits) wraps, where nowrap pushed its column
+    and the machines beside it past a laptop's screen."""
+    from reports.leaderboard import Table, _html_table
+
+    commits = "; ".join(f"{i}7d6b94150a5" for i in range(8))
+    t = Table("t", ("a", "b"), (("+0.260 [+0.195, +0.330]", commits), ("0.25 (modeled)", "x")))
+    html = _html_table(t)
+    assert '<td class="num">+0.260 [+0.195, +0.330]</td>' in html
+    assert '<td class="num">0.25 (modeled)</td>' in html
+    assert f"<td>{commits}</td>" in html
+
+
 def test_a_table_with_no_rows_says_so(results, tmp_path):
     import shutil
 
