@@ -46,6 +46,17 @@ def per_answer(cal_path: str, records_path: str) -> list[tuple[str, bool, list[f
     return out
 
 
+def pools(cal_path: str, records_path: str) -> tuple[list[float], list[float]]:
+    """The scores of the answers that ended by themselves and of those cut at the budget, with
+    a line saying how the file's tokens split."""
+    answers = per_answer(cal_path, records_path)
+    ended = [s for _, cut, xs in answers if not cut for s in xs]
+    cut = [s for _, c, xs in answers if c for s in xs]
+    print(f"{cal_path}: {len(answers)} answers, {sum(c for _, c, _ in answers)} cut at the "
+          f"budget holding {len(cut)} of {len(cut) + len(ended)} scored tokens")  # fmt: skip
+    return ended, cut
+
+
 def share(router: str, scores: list[float], threshold: float) -> float:
     """The share of `scores` that `router` defers at `threshold`."""
     from routers.calibration import DEFERS_BELOW
@@ -71,31 +82,20 @@ def main() -> None:
     ap.add_argument("--targets", default="0.1,0.2,0.35")
     args = ap.parse_args()  # fmt: skip
     router = json.loads(Path(args.calibration).read_text(encoding="utf-8"))["router"]
-    cal = per_answer(args.calibration, args.records)
-    every = [s for _, _, xs in cal for s in xs]
-    ended = [s for _, cut, xs in cal if not cut for s in xs]
-    n_cut = sum(cut for _, cut, _ in cal)
-    print(f"{args.calibration}: {len(cal)} answers, {n_cut} cut at the budget holding "
-          f"{len(every) - len(ended)} of {len(every)} scored tokens")  # fmt: skip
-    test = per_answer(*args.test) if args.test else []
-    t_ended = [s for _, cut, xs in test if not cut for s in xs]
-    t_cut = [s for _, cut, xs in test if cut for s in xs]
-    if test:
-        print(f"{args.test[0]}: {len(test)} answers, {sum(c for _, c, _ in test)} cut at the "
-              f"budget holding {len(t_cut)} of {len(t_cut) + len(t_ended)} scored tokens")  # fmt: skip
+    ended, cut = pools(args.calibration, args.records)
+    t_ended, t_cut = pools(*args.test) if args.test else ([], [])
     head = "| target | calib answers | threshold | calib share (ended / cut) |"
     line = "|---|---|---|---|"
-    if test:
+    if args.test:
         head += " test share (all / ended / cut) |"
         line += "---|"
     print(f"\n{head}\n{line}")
     for target in (float(t) for t in args.targets.split(",")):
-        for name, pool in (("all", every), ("ended by themselves", ended)):
-            thr = threshold_for(router, pool, target)
-            cut = [s for _, c, xs in cal if c for s in xs]
+        for name, pool in (("all", ended + cut), ("ended by themselves", ended)):
+            thr = threshold_for(router, pool, target)  # a quantile: the pool's order is moot
             row = (f"| {target:g} | {name} | {thr:.3f} | {share(router, ended, thr):.3f} / "
                    f"{share(router, cut, thr):.3f} |")  # fmt: skip
-            if test:
+            if args.test:
                 row += (f" {share(router, t_ended + t_cut, thr):.3f} / "
                         f"{share(router, t_ended, thr):.3f} / {share(router, t_cut, thr):.3f} |")  # fmt: skip
             print(row)
