@@ -23,7 +23,7 @@ from harness import metrics
 from harness.costmodel import PROFILES, modeled_latency
 from harness.errors import UserError
 from harness.frontier import aiq, apgr, cpt, pgr
-from reports.load import REFERENCES, add_speed, load_runs, read_records, setting_label
+from reports.load import REFERENCES, add_speed, decoded, load_runs, read_records, setting_label
 from reports.plots import CAPTIONS, PLOTS, reference
 
 GB = 1e9
@@ -130,7 +130,7 @@ def router_metrics(df: pd.DataFrame) -> pd.DataFrame:
     q_small, q_large = reference(df, "small", "quality"), reference(df, "large", "quality")
     rows = []
     for router, g in df[~df["router"].isin(REFERENCES)].groupby("router"):
-        g = g[g["quality"].notna()]  # a run with no example yet has no quality and no share
+        g = g[g["n"].map(decoded)]  # a run with no example yet has no quality and no share
         tok, call, q = g["large_token_share"], g["large_call_share"], g["quality"]
         refs_ok = not (math.isnan(q_small) or math.isnan(q_large))
         if not len(g):  # nothing measured: not the random line that empty curves would give
@@ -239,9 +239,8 @@ def goal_table(df: pd.DataFrame) -> Table:
 
 
 def _decoded(r) -> bool:
-    """Whether a run has decoded any example (a run the chain has just started has not: its
-    summary says 0 tok/s and its shares are NaN, which no table should read as a measurement)."""
-    return float(r.get("n") or 0) > 0
+    """Whether the run of row `r` has decoded any example (`reports.load.decoded`)."""
+    return decoded(r.get("n"))
 
 
 def _modeled(r) -> str:
@@ -591,9 +590,10 @@ def _html_table(t: Table) -> str:
         return f"<p><em>{html.escape(EMPTY)}</em></p>"
     head = "".join(f"<th>{html.escape(h)}</th>" for h in t.header)
 
-    def cell(c: str) -> str:  # a number and its interval stay on one line; text may wrap
-        # a number (with its interval or a note) stays on one line; longer text that merely
-        # starts with a digit (a list of commits) wraps, or it widened its column past the page
+    def cell(c: str) -> str:
+        # a number (with its interval or a note) stays on one line; text may wrap, also longer
+        # text that merely starts with a digit (a list of commits: it widened its column past
+        # the page)
         attr = ' class="num"' if NUMERIC.match(c) and len(c) <= NUM_CELL_MAX else ""
         return f"<td{attr}>{html.escape(c)}</td>"
 

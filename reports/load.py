@@ -80,6 +80,13 @@ def main_knob(router_args: dict) -> str:
     return next((k for k in KNOBS if k in numeric), "")
 
 
+def decoded(n) -> bool:
+    """Whether a run of `n` examples has decoded any (a run the chain has just started has not:
+    its summary says 0 tok/s and its quality and shares are NaN, which no table or plot should
+    read as a measurement)."""
+    return float(n or 0) > 0
+
+
 def setting_value(router_args: dict) -> float:
     """The value of `main_knob` as a float; NaN when there is no knob."""
     knob = main_knob(router_args)

@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from reports.load import REFERENCES, add_speed, main_knob
+from reports.load import REFERENCES, add_speed, decoded, main_knob
 
 GB = 1e9
 BYTE_MODELS = ("small", "reward", "router", "large")
@@ -58,7 +58,7 @@ def reference(df: pd.DataFrame, router: str, column: str) -> float:
 def _routed(df: pd.DataFrame) -> pd.DataFrame:
     """The non-reference runs that have decoded something (a run the chain has just started has
     no quality and no share: it would be an empty legend entry or an empty panel)."""
-    return df[~df["router"].isin(REFERENCES) & df["quality"].notna()]
+    return df[~df["router"].isin(REFERENCES) & df["n"].map(decoded)]
 
 
 def _router_colors(df: pd.DataFrame) -> dict[str, tuple]:
