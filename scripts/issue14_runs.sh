@@ -48,21 +48,6 @@ if [ "${1:-}" = "--collect" ]; then
     exit 0
 fi
 
-matched_shares() { # FOLDER: realized shares of token routers that no random run matches
-    # (small-only and large-only are random at p = 0 and 1: the report pairs with them there)
-    python - "$1" <<'PY'
-import sys
-from reports.leaderboard import ENDS, MATCH
-from reports.load import load_runs
-df = load_runs(sys.argv[1])
-rand = list(df[df.router.isin(["random", *ENDS])].large_token_share)
-for s in df[df.router.isin(["entropy", "confidence", "reward", "citer"])].large_token_share:
-    if all(abs(s - r) > MATCH for r in rand):
-        rand.append(s)
-        print(round(float(s), 3))
-PY
-}
-
 anchor_folder() { # TASK_FOLDER: where this machine's speed anchor goes when it needs one
     # (large-only decoded here on fewer than ANCHOR examples of the task: speed ratios are taken
     # within one machine, harness/machines.py); prints nothing when it needs none
@@ -133,11 +118,19 @@ for task in gsm8k mbpp humaneval; do
         --targets $TARGETS "${args[@]}" "${reuse[@]}" "${MODELS[@]}" --out "$OUT/$task"
     step hybridbench sweep --task $task --split test --limit $n --routers speculative \
         --router-arg speculative:adaptive=true "${MODELS[@]}" --out "$OUT/$task"
-    # random at each share a token router realized with no random run within 2 points of it,
-    # so that every paired comparison in the report is at a matched share
-    for p in $(matched_shares "$OUT/$task"); do
-        step hybridbench sweep --task $task --split test --limit $n --routers random \
-            --router-arg random:p=$p "${MODELS[@]}" --out "$OUT/$task"
+    # the control (random, random_query) at each share a router realized with no control run
+    # within 2 points of it, so that every paired comparison in the report is at a matched
+    # share; a control's own realized share differs from its p, so a few rounds
+    # (scripts/matched_controls.py says how it aims)
+    for round in 1 2 3; do
+        [ -d "$OUT/$task" ] || break
+        need=$(python scripts/matched_controls.py "$OUT/$task") || break
+        [ -n "$need" ] || break
+        while read -r control p; do
+            extra=(); [ $control = random_query ] && extra=("${reuse[@]}")
+            step hybridbench sweep --task $task --split test --limit $n --routers $control \
+                --router-arg $control:p=$p "${extra[@]}" "${MODELS[@]}" --out "$OUT/$task" </dev/null
+        done <<< "$need"
     done
 done
 # the edition against a rerun of a few of its decoded rows (must-show: `hybridbench compare`

@@ -290,3 +290,49 @@ def test_calibration_loops_splits_the_pool_by_answers_cut_at_the_budget(tmp_path
     # all answers: 20% of the pool is 4 tokens, all from the loop: none of the ended answer's
     assert rows[0].split("|")[4].strip() == "0.000 / 0.400"
     assert rows[1].split("|")[4].strip().startswith("0.200 / ")  # ended answers: 2 of their 10
+
+
+def _matched_controls():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "matched_controls", ROOT / "scripts" / "matched_controls.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_matched_controls_aims_each_control_at_an_unmatched_share():
+    """A router with no control run within 2 points of its share gets one, p corrected by the
+    nearest control run's asked / realized ratio; shares within 2 points share one control."""
+    import pandas as pd
+
+    rows = [("small", 0.0, None), ("large", 1.0, None), ("random", 0.102, 0.1),
+            ("random", 0.21, 0.2), ("entropy", 0.097, 0.1), ("citer", 0.045, 0.1),
+            ("reward", 0.05, 0.1), ("reward", 0.294, 0.35), ("query", 0.01, 0.1),
+            ("random_query", 0.30, 0.35), ("query", 0.335, 0.35)]  # fmt: skip
+    df = pd.DataFrame(rows, columns=["router", "large_token_share", "setting_value"])
+    got = _matched_controls().needed(df)
+    # entropy is matched (0.102), reward 0.05 shares citer's new control, query 0.01 is matched
+    # by small-only (p = 0)
+    assert got == [("random", 0.044), ("random", 0.28), ("random_query", 0.391)]
+    # no control run of that kind yet: p = the share (entropy now unmatched too)
+    assert _matched_controls().needed(df[df.router != "random"])[:3] == [
+        ("random", 0.097), ("random", 0.045), ("random", 0.294)]  # fmt: skip
+
+
+def test_issue14_runs_the_controls_matched_controls_asks_for(tmp_path):
+    """The chain runs each control `scripts/matched_controls.py` prints, for a few rounds (the
+    stand-in decodes nothing, so the same ones each round)."""
+    from reports import load_runs
+    from reports.demo import write_demo_results
+
+    write_demo_results(tmp_path / "out" / "gsm8k", n_examples=12)
+    want = _matched_controls().needed(load_runs(tmp_path / "out" / "gsm8k"))
+    assert want  # the demo's reward runs are not all matched by its random ones
+    parsed = run_chain("issue14_runs.sh", tmp_path, trained=False)
+    got = [line for line in parsed if "--task gsm8k " in line and "--routers random " in line]
+    assert got == [line for _ in range(3) for line in got[: len(want)]]
+    assert [line.split("random:p=")[1].split()[0] for line in got[: len(want)]] == [
+        str(p) for _, p in want]  # fmt: skip

@@ -1,0 +1,96 @@
+"""Which share of small's own tokens a CITER checkpoint's thresholds defer (issue 13, step 4).
+
+A CITER checkpoint keeps its MLP's scores along the calib trajectories it was calibrated on
+(reference answers in reference mode) and re-calibrates tau from them for each `share=`. At run
+time the router reads small's hidden states along small's own answers. This script scores
+small's hidden states along the answers of a small-only run (its records.jsonl, e.g. small's
+greedy answers on calib) and prints, for each share, tau and the share of those tokens it
+defers: when it matches the share a hybrid row realized on test rather than the asked share,
+the gap is the trajectory shift (reference vs own answers), not a calib/test shift.
+
+    python scripts/citer_shift.py results/train13/citer-ref-gsm8k/citer.pt \\
+        results/train13/gsm8k-calib-small/records.jsonl --threads 2
+
+Loads small only (the checkpoint's model and backend family); teacher forcing, no decoding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def deferred_shares(ckpt_path, records, shares, threads=1, dtype="bfloat16", chunk=256):
+    """[(share, tau, deferred share, tokens)] over the answers in `records` (a small-only run)."""
+    import torch
+    from tqdm import tqdm
+
+    from harness.engine import Engine, load_backend
+    from harness.errors import UserError
+    from harness.training.labels import small_hidden
+    from routers.citer import Citer, load_checkpoint
+    from tasks import get_task
+
+    ck = load_checkpoint(ckpt_path, "citer")
+    rows = [json.loads(x) for x in Path(records).read_text(encoding="utf-8").splitlines() if x]
+    if not rows:
+        raise UserError(f"{records} holds no records")
+    small, tok = load_backend(
+        ck["models"]["small"], "small", ck.get("small_backend", "hf"), "auto", dtype, threads
+    )
+    engine, task = Engine(tok, {"small": small}), get_task(ck["task"])
+    examples = {}
+    for split in sorted({r["split"] for r in rows}):
+        examples |= {e.id: e for e in task.split(split, seed=ck["split_seed"])}
+    hs = []
+    for r in tqdm(rows, desc="small's hidden states", unit="example", file=sys.stderr):
+        ids = r["generation"]["token_ids"]
+        if r["example_id"] not in examples:
+            raise UserError(
+                f"{r['example_id']} is not in {ck['task']} (split seed {ck['split_seed']})"
+            )
+        if ids:
+            hs.append(small_hidden(engine, examples[r["example_id"]], ids, chunk).float())
+    hidden = torch.cat(hs)
+    out = []
+    for share in shares:
+        router = Citer(str(ckpt_path), share=share)
+        deferred = float((router.scores(hidden) < router.threshold).float().mean())
+        out.append((share, router.threshold, deferred, len(hidden)))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkpoint", help="a citer.pt from `hybridbench train-citer`")
+    ap.add_argument("records", help="records.jsonl of a small-only run (small's own answers)")
+    ap.add_argument("--shares", default="0.1,0.2,0.35", help="asked shares, comma-separated")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", default="bfloat16", help="transformers only, as the run used")
+    args = ap.parse_args()
+    from harness.errors import UserError
+
+    try:
+        shares = [float(s) for s in args.shares.split(",")]
+        if not all(0 < s < 1 for s in shares):
+            raise ValueError
+    except ValueError:
+        print(f"--shares: numbers in (0, 1), got {args.shares!r}", file=sys.stderr)
+        return 2
+    try:
+        res = deferred_shares(args.checkpoint, args.records, shares, args.threads, args.dtype)
+    except (UserError, FileNotFoundError) as e:
+        print(f"citer_shift: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.checkpoint} on the answers in {args.records}:")
+    for share, tau, deferred, n in res:
+        print(f"  asked {share:g}: tau {tau:.4f}, deferred {deferred:.4f} of {n} tokens")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The control runs a sweep folder still needs so that every router is paired at a matched share.
+
+Each router is compared with its control (`random` for token routers, `random_query` for the
+query router: reports.leaderboard.CONTROLS) at a realized large-token share within MATCH (2
+points). A calibrated router realizes a share of its own on test, and a control's realized
+share differs from its p by chance, so scripts/issue14_runs.sh asks this script which control
+runs to add and runs them, a few rounds until every router is matched:
+
+    python scripts/matched_controls.py results/edition2/gsm8k      # lines "ROUTER P"
+
+For each router row with no control run (or small-only / large-only, the controls at p = 0 and
+1) within MATCH of its share s, one line: the control at p = s x (p / realized share) of the
+control run nearest in share (p = s when there is none): the control's own ratio of asked to
+realized share corrects the next guess. A p that a control run already has is not printed
+again (that share cannot be reached by asking again), nor is one within MATCH of a share
+already printed. Reads files only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TOKEN_ROUTERS = ("entropy", "confidence", "reward", "citer")
+QUERY_ROUTERS = ("query",)
+
+
+def needed(df) -> list[tuple[str, float]]:
+    """[(control, p)] for the rows of `df` (reports.load.load_runs) no control run matches."""
+    from reports.leaderboard import CONTROLS, ENDS, MATCH
+
+    out = []
+    for routers in (TOKEN_ROUTERS, QUERY_ROUTERS):
+        control = CONTROLS.get(routers[0], "random")
+        runs = df[(df.router == control) & (df.large_token_share > 0)]
+        have_p = {round(float(p), 3) for p in runs.setting_value}
+        shares = list(df[df.router.isin([control, *ENDS])].large_token_share)
+        for s in df[df.router.isin(routers)].large_token_share.dropna():
+            if all(abs(s - r) > MATCH for r in shares):
+                shares.append(s)  # one control for shares within MATCH of each other
+                p = float(s)
+                if len(runs):
+                    near = runs.loc[(runs.large_token_share - s).abs().idxmin()]
+                    p = s * float(near.setting_value) / float(near.large_token_share)
+                p = round(min(max(p, 0.001), 1.0), 3)
+                if p not in have_p:
+                    out.append((control, p))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", type=Path, help="a sweep folder (one task's runs)")
+    args = ap.parse_args()
+    from reports.load import load_runs
+
+    if not args.folder.is_dir():
+        print(f"not a folder: {args.folder}", file=sys.stderr)
+        return 2
+    df = load_runs(args.folder)
+    for control, p in needed(df) if len(df) else []:
+        print(control, p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
