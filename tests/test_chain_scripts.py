@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import build_parser
+from tests import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,13 +179,7 @@ def test_issue14_reruns_rows_its_mbpp_sweep_makes(tmp_path):
 def test_chain_status_reads_runs_training_folders_and_the_reference_check(tmp_path):
     """scripts/chain_status.py: a run's examples done of its target with the hours left at its
     sessions' rate; a training folder's final files and wall hours; reference lines checked."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "chain_status", ROOT / "scripts" / "chain_status.py"
-    )
-    status = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(status)
+    status = load_script("chain_status")
 
     run = tmp_path / "validity" / "gsm8k-small"
     run.mkdir(parents=True)
@@ -225,16 +220,10 @@ def test_publish_edition_copies_runs_compressed_and_the_report_regenerates(tmp_p
     """scripts/publish_edition.py: run folders with their records gzip-compressed (same bytes
     every time), the device rows, the router files the runs name; the published folder's report
     is the one the sweep's own folder gives."""
-    import importlib.util
-
     from reports import write_report
     from reports.demo import write_demo_results
 
-    spec = importlib.util.spec_from_file_location(
-        "publish", ROOT / "scripts" / "publish_edition.py"
-    )
-    publish = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(publish)
+    publish = load_script("publish_edition")
 
     src = tmp_path / "edition" / "demo"
     write_demo_results(src, n_examples=6)
@@ -292,17 +281,6 @@ def test_calibration_loops_splits_the_pool_by_answers_cut_at_the_budget(tmp_path
     assert rows[1].split("|")[4].strip().startswith("0.200 / ")  # ended answers: 2 of their 10
 
 
-def _matched_controls():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "matched_controls", ROOT / "scripts" / "matched_controls.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_matched_controls_aims_each_control_at_an_unmatched_share():
     """A router with no control run within 2 points of its share gets one, p corrected by the
     nearest control run's asked / realized ratio; shares within 2 points share one control."""
@@ -313,12 +291,12 @@ def test_matched_controls_aims_each_control_at_an_unmatched_share():
             ("reward", 0.05, 0.1), ("reward", 0.294, 0.35), ("query", 0.01, 0.1),
             ("random_query", 0.30, 0.35), ("query", 0.335, 0.35)]  # fmt: skip
     df = pd.DataFrame(rows, columns=["router", "large_token_share", "setting_value"])
-    got = _matched_controls().needed(df)
+    got = load_script("matched_controls").needed(df)
     # entropy is matched (0.102), reward 0.05 shares citer's new control, query 0.01 is matched
     # by small-only (p = 0)
     assert got == [("random", 0.044), ("random", 0.28), ("random_query", 0.391)]
     # no control run of that kind yet: p = the share (entropy now unmatched too)
-    assert _matched_controls().needed(df[df.router != "random"])[:3] == [
+    assert load_script("matched_controls").needed(df[df.router != "random"])[:3] == [
         ("random", 0.097), ("random", 0.045), ("random", 0.294)]  # fmt: skip
 
 
@@ -329,7 +307,7 @@ def test_issue14_runs_the_controls_matched_controls_asks_for(tmp_path):
     from reports.demo import write_demo_results
 
     write_demo_results(tmp_path / "out" / "gsm8k", n_examples=12)
-    want = _matched_controls().needed(load_runs(tmp_path / "out" / "gsm8k"))
+    want = load_script("matched_controls").needed(load_runs(tmp_path / "out" / "gsm8k"))
     assert want  # the demo's reward runs are not all matched by its random ones
     parsed = run_chain("issue14_runs.sh", tmp_path, trained=False)
     got = [line for line in parsed if "--task gsm8k " in line and "--routers random " in line]

@@ -407,13 +407,9 @@ def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monke
     assert len(torch.load(out / "citer.pt", weights_only=True)["calib_scores"]) == calib_tokens
     # scripts/citer_shift.py on the calib run tau was calibrated on: it recomputes the same
     # scores from small's hidden states, so it defers what the checkpoint's calib scores say
-    import importlib.util
-    from pathlib import Path
+    from tests import load_script
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "citer_shift.py"
-    spec = importlib.util.spec_from_file_location("citer_shift", script)
-    shift = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shift)
+    shift = load_script("citer_shift")
     calib = torch.load(out / "citer.pt", weights_only=True)["calib_scores"]
     got = shift.deferred_shares(out / "citer.pt", runs["calib"], [0.25, 0.5], dtype="float32")
     for _share, tau, deferred, n in got:

@@ -5,26 +5,18 @@ Needs Debian's `chromium` (CI: apt-get update && apt-get install -y chromium); s
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import struct
-from pathlib import Path
 
 import pytest
 
 from reports import write_report
 from reports.demo import write_demo_results
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests import load_script
 
 
 def screenshot_module():
-    spec = importlib.util.spec_from_file_location(
-        "screenshot_report", ROOT / "scripts" / "screenshot_report.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("screenshot_report")
 
 
 @pytest.mark.skipif(
