@@ -4,14 +4,18 @@ so that `target_share=S calibration=FILE` sets the threshold deferring that shar
 
     hybridbench calibrate --router entropy --task gsm8k --limit 138 --out runs/cal/entropy.json
     hybridbench calibrate --router reward --checkpoint reward.pt --task gsm8k --out cal.json
+    hybridbench calibrate --router citer --checkpoint citer.pt --task gsm8k --out cal.json
     hybridbench run --task gsm8k --router entropy --router-arg target_share=0.2 \\
         --router-arg calibration=runs/cal/entropy.json --out runs/entropy-20
 
 Small answers the first `--limit` examples of the split greedily (the core, batched), or the
 answers are read from a small-only run over that split (`--records`); then the router's score of
 every answer token comes from one pass over prompt + answer: small's entropy (nats) or top-token
-probability from small's logits there, or the reward model's score (the backbone the reward
-router will run beside this small model). `calibrate-reward` is `calibrate --router reward`.
+probability from small's logits there, the reward model's score (the backbone the reward
+router will run beside this small model), or CITER's P(small suffices) from small's hidden state
+there (a CITER checkpoint also keeps the scores it was calibrated on in training, along the calib
+*reference* answers in reference mode: text small did not write, on which its scores differ;
+this file puts it on the footing of the others). `calibrate-reward` is `calibrate --router reward`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from harness import options
 from harness.engine import engine_from_args
 from harness.errors import UserError
 
-SCORED = ("entropy", "confidence", "reward")
+SCORED = ("entropy", "confidence", "reward", "citer")
+CHECKPOINTED = ("reward", "citer")  # routers whose scores come from a trained checkpoint
 PAPER_THRESHOLDS = (1.0, 1.5, 2.0, 4.0)  # the seed paper's reward thresholds
 TARGET_SHARES = tuple(round(0.1 * i, 1) for i in range(1, 10))
 
@@ -36,7 +41,9 @@ def configure_calibrate(p, router: str | None = None) -> None:
     if router is None:
         p.add_argument("--router", required=True, choices=SCORED)
     p.add_argument(
-        "--checkpoint", required=router == "reward", help="reward.pt from train-reward (reward)"
+        "--checkpoint",
+        required=router == "reward",
+        help="reward.pt from train-reward (reward), citer.pt from train-citer (citer)",
     )
     p.add_argument("--task", required=True)
     p.add_argument("--split", default="calib", help="calibration split (default calib)")
@@ -81,6 +88,16 @@ def logit_scores(small, prompt_ids: list[int], ids: list[int], router: str) -> l
     return [x for logits, _ in passes for x in fn(logits).tolist()]
 
 
+@torch.inference_mode()
+def hidden_scores(small, router, prompt_ids: list[int], ids: list[int]) -> list[float]:
+    """CITER's P(small suffices) at each token of `ids`, from small's hidden state there,
+    teacher-forced over prompt + ids: what `router` reads when small writes `ids`."""
+    from harness.training.labels import LabelConfig, forced_passes
+
+    passes = forced_passes(small, list(prompt_ids), list(ids), LabelConfig.chunk, hidden=True)
+    return [x for _, hidden in (passes if ids else ()) for x in router.scores(hidden).tolist()]
+
+
 def share_below(scores, threshold: float) -> float:
     """Share of `scores` strictly below `threshold` (what the router would defer); NaN if none."""
     return sum(s < threshold for s in scores) / len(scores) if len(scores) else math.nan
@@ -120,20 +137,32 @@ def run_calibrate(args) -> int:
     cfg = options.decode_config(args, stop=tuple(task.stop))
     if args.max_new_tokens is None:
         cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
+    if args.router in CHECKPOINTED and not args.checkpoint:
+        raise UserError(f"calibrate --router {args.router} needs --checkpoint")
     engine = engine_from_args(args)
     answers = small_answers(engine, examples, cfg, args.records)
     extra = {}
+    if args.router in CHECKPOINTED:
+        from routers.reward import file_sha256
+
+        extra = {
+            "checkpoint": str(args.checkpoint),
+            "checkpoint_sha256": file_sha256(args.checkpoint),
+        }
     if args.router == "reward":
-        from routers.reward import file_sha256, reward_backend_for
+        from routers.reward import reward_backend_for
 
         # the backbone the reward router will run beside this small model (routers.reward)
         scorer = reward_backend_for(args.checkpoint, engine)
         score = lambda prompt, ids: backend_scores(scorer, prompt, ids)  # noqa: E731
-        extra = {
-            "checkpoint": str(args.checkpoint),
-            "checkpoint_sha256": file_sha256(args.checkpoint),
-            "reward_backend": scorer.info.backend or "transformers",
-        }
+        extra["reward_backend"] = scorer.info.backend or "transformers"
+    elif args.router == "citer":
+        from routers.citer import Citer
+
+        citer = Citer(args.checkpoint)
+        citer.backends(engine)  # refuses hidden states from another backend than it trained on
+        small = engine.backends["small"]
+        score = lambda prompt, ids: hidden_scores(small, citer, prompt, ids)  # noqa: E731
     else:
         small = engine.backends["small"]
         score = lambda prompt, ids: logit_scores(small, prompt, ids, args.router)  # noqa: E731

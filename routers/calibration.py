@@ -5,6 +5,7 @@ the threshold that defers a target share of them (RouteLLM's calibration).
 `target_share=S calibration=FILE` defers where its score falls in the S tail of those scores:
 
     reward       defers a score below the threshold  -> threshold = the S-quantile
+    citer        defers a P(small suffices) below it  -> threshold = the S-quantile
     confidence   defers a top probability below it   -> threshold = the S-quantile
     entropy      defers an entropy above it           -> threshold = the (1 - S)-quantile
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 
-DEFERS_BELOW = {"reward": True, "confidence": True, "entropy": False}
+DEFERS_BELOW = {"reward": True, "citer": True, "confidence": True, "entropy": False}
 
 
 def calibrated_threshold(scores, target_share: float) -> float:

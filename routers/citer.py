@@ -8,6 +8,9 @@ dropout 0.1, a sigmoid output, binary cross-entropy on the token labels of `harn
     hybridbench train-citer --task gsm8k --out runs/citer          # writes runs/citer/citer.pt
     hybridbench run --task gsm8k --router citer --router-arg path=runs/citer/citer.pt --out ...
     hybridbench run ... --router citer --router-arg path=... --router-arg threshold=0.8
+    hybridbench calibrate --router citer --checkpoint runs/citer/citer.pt --task gsm8k --out c.json
+    hybridbench run ... --router citer --router-arg path=... --router-arg target_share=0.2 \
+        --router-arg calibration=c.json
 
 The checkpoint carries the ids of the examples it was trained and calibrated on; the runner
 refuses to evaluate the router on them.
@@ -87,7 +90,12 @@ class Citer(TokenRouter):
 
     path:      checkpoint from `hybridbench train-citer`
     share:     re-calibrate tau to defer this share of the calib tokens (the checkpoint keeps
-               its scores on calib; default: the share it was trained for)
+               its scores on calib; default: the share it was trained for). In reference mode
+               those tokens are the calib reference answers, not small's own: the share realized
+               where small writes differs (scripts/citer_shift.py measures it)
+    target_share, calibration: tau deferring this share of the scores in a calibration file
+               (`hybridbench calibrate --router citer`: small's own calib answers, as the other
+               threshold routers; made with the same checkpoint)
     threshold: tau directly (overrides share); default the one calibrated on the calib split
     draft_len: tokens small drafts per step (a speed knob: the kept prefix is the same)
     """
@@ -100,21 +108,33 @@ class Citer(TokenRouter):
         share: float | None = None,
         threshold: float | None = None,
         draft_len: int = 1,
+        target_share: float | None = None,
+        calibration: str | None = None,
     ):
-        from routers.calibration import checkpoint_threshold
+        from routers.calibration import calibrated, checkpoint_threshold
 
         ckpt = load_checkpoint(path, "citer")
         self.path, self.digest = str(path), file_digest(path)
         self.mlp = CiterMLP(ckpt["hidden_size"])
         self.mlp.load_state_dict(ckpt["state_dict"])
         self.mlp.eval()
+        if target_share is not None and share is not None:
+            raise UserError("router citer takes share=S (checkpoint) or target_share=S, not both")
+        self.target_share, self.calibration, cal_ids = None, calibration, ()
+        if target_share is not None:
+            threshold, cal = calibrated("citer", threshold, target_share, calibration)
+            if str(cal.get("checkpoint_sha256", ""))[:16] != self.digest:
+                raise UserError(f"{calibration} was made with another checkpoint than {path}")
+            self.target_share, cal_ids = float(target_share), cal.get("example_ids", ())
         self.share, self.threshold = checkpoint_threshold(
             ckpt, path, share, threshold, "target_share"
         )
+        if self.target_share is not None:
+            self.share = None  # tau comes from the calibration file, not the checkpoint's scores
         if draft_len < 1:
             raise ValueError(f"draft_len must be >= 1, got {draft_len}")
         self.draft_len = draft_len
-        self._used = frozenset(ckpt["train_ids"]) | frozenset(ckpt["calib_ids"])
+        self._used = frozenset(ckpt["train_ids"]) | frozenset(ckpt["calib_ids"]) | set(cal_ids)
         self.small_backend = ckpt.get("small_backend", "hf")  # older checkpoints: transformers
 
     def needs(self) -> Needs:
@@ -133,17 +153,29 @@ class Citer(TokenRouter):
         return {}
 
     def describe(self) -> dict:
+        if self.target_share is None:  # (the keys and order of runs made before target_share)
+            return {
+                "path": self.path,
+                "share": self.share,
+                "threshold": self.threshold,
+                "checkpoint": self.digest,
+            }
         return {
             "path": self.path,
-            "share": self.share,
+            "target_share": self.target_share,
+            "calibration": self.calibration,
             "threshold": self.threshold,
             "checkpoint": self.digest,
         }
 
     @classmethod
     def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
-        """`hybridbench sweep`: tau re-calibrated to defer each target share of calib tokens; a
-        checkpoint trained before `share=` existed (no calib scores) runs once, at its tau."""
+        """`hybridbench sweep`: tau re-calibrated to defer each target share of calib tokens: of
+        a calibration file's scores when the sweep passes `calibration=FILE`, else of the
+        checkpoint's own; a checkpoint trained before `share=` existed (no calib scores) runs
+        once, at its tau."""
+        if (fixed or {}).get("calibration"):
+            return [{"target_share": t} for t in targets]
         path = (fixed or {}).get("path")
         if path and "calib_scores" not in load_checkpoint(path, "citer"):
             return [{}]

@@ -13,8 +13,9 @@
 #              examples; issue 11's runs of them grew over sessions, half unbatched, so their
 #              throughput is not comparable), oracle (replayed along large's answers,
 #              --reuse-answers), speculative (k=4, and adaptive k)
-#   token      random p, entropy, confidence (calibrated on calib), reward, citer (issue 13's
-#              routers, when their checkpoints exist) at target shares 0.1, 0.2, 0.35
+#   token      random p, entropy, confidence, reward, citer (issue 13's routers, when their
+#              checkpoints exist; all calibrated along small's calib answers) at target shares
+#              0.1, 0.2, 0.35
 #   query      query (issue 13), random_query at prompt shares 0.1, 0.2, 0.35, their answers
 #              reused from this edition's small and large rows (`--reuse-answers`)
 #   anchor     large-only on the first 48 examples, on a machine that decoded less of large's
@@ -101,7 +102,17 @@ for task in gsm8k mbpp humaneval; do
     for r in citer query; do # issue 13 trains them on gsm8k and mbpp; humaneval runs them as transfer
         src=$task; [ $task = humaneval ] && src=mbpp
         ck="$TRAINED/$r-$src/$r.pt"; [ $r = citer ] && ck="$TRAINED/citer-ref-$src/citer.pt"
-        [ -f "$ck" ] && routers+=,$r && args+=(--router-arg "$r:path=$ck")
+        [ -f "$ck" ] || continue
+        routers+=,$r && args+=(--router-arg "$r:path=$ck")
+        # CITER's threshold from its scores along small's own calib answers, as the other token
+        # routers' (its checkpoint's own calib scores lie along the reference answers: on gsm8k
+        # they realized about half the share asked, docs/issue13-results.md, session 25)
+        if [ $r = citer ]; then
+            [ -f "$cal/citer.json" ] || step hybridbench calibrate --router citer --checkpoint "$ck" \
+                --task $task --limit $ALL --records "$answers/records.jsonl" "${MODELS[@]}" \
+                --out "$cal/citer.json"
+            args+=(--router-arg "citer:calibration=$cal/citer.json")
+        fi
     done
     routers+=,confidence
     # small-only and large-only first: the query routers and the oracle take their answers from

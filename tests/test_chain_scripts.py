@@ -141,8 +141,12 @@ def test_issue14_chain_command_lines_parse(tmp_path, trained):
         controls = {"oracle", "speculative", "random", "entropy", "confidence", "random_query"}
         assert controls <= set(routers)
         assert ({"reward", "citer", "query"} <= set(routers)) == trained
-    reward_calibrations = [line for line in parsed if "calibrate --router reward" in line]
-    assert len(reward_calibrations) == (3 if trained else 0)
+    for r in ("reward", "citer"):  # every token router calibrated along small's calib answers
+        calibrations = [line for line in parsed if f"calibrate --router {r} " in line]
+        assert len(calibrations) == (3 if trained else 0), r
+        assert all("--checkpoint " in line for line in calibrations)
+    citer_rows = [s for s in sweeps if "citer:path=" in s]
+    assert all("citer:calibration=" in s for s in citer_rows) and len(citer_rows) == 3 * trained
     # small's calib answers: issue 13's where it made them, else decoded here
     calib_runs = [line for line in parsed if "--router small --split calib" in line]
     assert len(calib_runs) == (2 if trained else 3)

@@ -415,3 +415,30 @@ def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monke
     for _share, tau, deferred, n in got:
         assert n == calib_tokens
         assert deferred == pytest.approx(float((calib < tau).float().mean()), abs=1e-9)
+    # `calibrate --router citer` along the same answers gives the same scores (label-free CITER
+    # calibrates along small's own answers), and target_share=S with that file sets tau
+    from harness import sweep
+    from harness.errors import UserError
+    from routers.calibration import threshold_for
+
+    cal_path = tmp_path / "citer-cal.json"
+    cal = ["calibrate", "--router", "citer", "--task", "gsm8k", "--limit", "2"]
+    cal += ["--records", str(runs["calib"]), "--out", str(cal_path), *models]
+    assert main(cal) == 2  # no --checkpoint: refused
+    assert main([*cal, "--checkpoint", str(out / "citer.pt")]) == 0
+    scores = json.loads(cal_path.read_text())["scores"]
+    # (training keeps hidden states in bf16; calibrate scores them as the router reads them)
+    assert scores == pytest.approx(calib.tolist(), abs=1e-3)
+    args = {"path": str(out / "citer.pt"), "target_share": 0.5, "calibration": str(cal_path)}
+    router = get_router("citer", args)
+    assert router.threshold == pytest.approx(threshold_for("citer", scores, 0.5))
+    assert router.describe()["target_share"] == 0.5 and "share" not in router.describe()
+    other = torch.load(out / "citer.pt", weights_only=True)
+    torch.save({**other, "threshold": 0.25}, tmp_path / "other.pt")  # another file
+    with pytest.raises(UserError, match="another checkpoint"):
+        get_router("citer", {**args, "path": str(tmp_path / "other.pt")})
+    with pytest.raises(UserError, match="not both"):
+        get_router("citer", {**args, "share": 0.2})
+    fixed = {"path": str(out / "citer.pt"), "calibration": str(cal_path)}
+    assert sweep.router_settings("citer", [0.1, 0.2], fixed) == [
+        {"target_share": 0.1}, {"target_share": 0.2}]  # fmt: skip
