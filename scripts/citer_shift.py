@@ -12,6 +12,12 @@ the gap is the trajectory shift (reference vs own answers), not a calib/test shi
         results/train13/gsm8k-calib-small/records.jsonl --threads 2
 
 Loads small only (the checkpoint's model and backend family); teacher forcing, no decoding.
+Given a calibration file instead of records (`hybridbench calibrate --router citer` with the
+same checkpoint along those answers), it reads the scores stored there and loads no model
+(seconds, not the 7-16 minutes of scoring small's hidden states again):
+
+    python scripts/citer_shift.py results/train13/citer-ref-gsm8k/citer.pt \\
+        results/edition2/calibration/gsm8k/citer.json
 """
 
 from __future__ import annotations
@@ -22,6 +28,36 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def shares_of(ckpt_path, scores, shares):
+    """[(share, tau, deferred share, tokens)]: tau from the checkpoint's own calib scores for each
+    asked share, and the share of `scores` (P(small suffices) per token) below it."""
+    import torch
+
+    from routers.citer import Citer
+
+    scores = torch.as_tensor(scores, dtype=torch.float32)  # compared with tau as the router does
+    out = []
+    for share in shares:
+        tau = Citer(str(ckpt_path), share=share).threshold
+        out.append((share, tau, float((scores < tau).double().mean()), len(scores)))
+    return out
+
+
+def calibration_shares(ckpt_path, calibration, shares):
+    """shares_of() on the scores of a `hybridbench calibrate --router citer` file made with this
+    checkpoint (its sha256 prefix is checked, as the router checks it at run time)."""
+    from harness.errors import UserError
+    from routers.calibration import read_calibration
+    from routers.citer import file_digest
+
+    cal = read_calibration(calibration, "citer")
+    if str(cal.get("checkpoint_sha256", ""))[:16] != file_digest(ckpt_path):
+        raise UserError(f"{calibration} was made with another checkpoint than {ckpt_path}")
+    if not cal["scores"]:
+        raise UserError(f"{calibration} holds no scores")
+    return shares_of(ckpt_path, cal["scores"], shares)
 
 
 def deferred_shares(ckpt_path, records, shares, threads=1, dtype="bfloat16", chunk=256):
@@ -55,19 +91,17 @@ def deferred_shares(ckpt_path, records, shares, threads=1, dtype="bfloat16", chu
             )
         if ids:
             hs.append(small_hidden(engine, examples[r["example_id"]], ids, chunk).float())
-    hidden = torch.cat(hs)
-    out = []
-    for share in shares:
-        router = Citer(str(ckpt_path), share=share)
-        deferred = float((router.scores(hidden) < router.threshold).float().mean())
-        out.append((share, router.threshold, deferred, len(hidden)))
-    return out
+    return shares_of(ckpt_path, Citer(str(ckpt_path)).scores(torch.cat(hs)), shares)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint", help="a citer.pt from `hybridbench train-citer`")
-    ap.add_argument("records", help="records.jsonl of a small-only run (small's own answers)")
+    ap.add_argument(
+        "answers",
+        help="records.jsonl of a small-only run (small's own answers), or a calibration file "
+        "(.json) that `hybridbench calibrate --router citer` made along them",
+    )
     ap.add_argument("--shares", default="0.1,0.2,0.35", help="asked shares, comma-separated")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="bfloat16", help="transformers only, as the run used")
@@ -82,11 +116,14 @@ def main() -> int:
         print(f"--shares: numbers in (0, 1), got {args.shares!r}", file=sys.stderr)
         return 2
     try:
-        res = deferred_shares(args.checkpoint, args.records, shares, args.threads, args.dtype)
+        if args.answers.endswith(".json"):
+            res = calibration_shares(args.checkpoint, args.answers, shares)
+        else:
+            res = deferred_shares(args.checkpoint, args.answers, shares, args.threads, args.dtype)
     except (UserError, FileNotFoundError) as e:
         print(f"citer_shift: {e}", file=sys.stderr)
         return 2
-    print(f"{args.checkpoint} on the answers in {args.records}:")
+    print(f"{args.checkpoint} on the answers in {args.answers}:")
     for share, tau, deferred, n in res:
         print(f"  asked {share:g}: tau {tau:.4f}, deferred {deferred:.4f} of {n} tokens")
     return 0

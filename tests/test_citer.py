@@ -374,7 +374,7 @@ def test_train_citer_cli_end_to_end(tmp_path):
     assert main([*run, "--split", "test", "--out", str(tmp_path / "r2")]) == 0
 
 
-def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monkeypatch):
+def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monkeypatch, capsys):
     """--trajectories TRAIN_RUN,CALIB_RUN (small-only runs' records): nothing is decoded again,
     and tau is calibrated on the calib run's tokens."""
     from harness.cli import main
@@ -429,6 +429,19 @@ def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monke
     scores = json.loads(cal_path.read_text())["scores"]
     # (training keeps hidden states in bf16; calibrate scores them as the router reads them)
     assert scores == pytest.approx(calib.tolist(), abs=1e-3)
+    # citer_shift.py given that file reads its scores (no model): each tau defers the share of
+    # the file's scores below it, the shares the records path found up to those 1e-3 differences
+    from_file = shift.calibration_shares(out / "citer.pt", cal_path, [0.25, 0.5])
+    for (share, tau, deferred, n), (_, tau_rec, deferred_rec, _) in zip(from_file, got):
+        assert n == calib_tokens and tau == tau_rec
+        assert deferred == sum(s < tau for s in torch.tensor(scores).tolist()) / n
+        assert deferred == pytest.approx(deferred_rec, abs=1 / n + 1e-9)
+    monkeypatch.setattr("sys.argv", ["citer_shift", str(out / "citer.pt"), str(cal_path)])
+    capsys.readouterr()
+    assert shift.main() == 0  # the default shares 0.1, 0.2, 0.35
+    ((_, tau, deferred, n),) = shift.calibration_shares(out / "citer.pt", cal_path, [0.2])
+    printed = capsys.readouterr().out
+    assert f"asked 0.2: tau {tau:.4f}, deferred {deferred:.4f} of {n} tokens" in printed
     args = {"path": str(out / "citer.pt"), "target_share": 0.5, "calibration": str(cal_path)}
     router = get_router("citer", args)
     assert router.threshold == pytest.approx(threshold_for("citer", scores, 0.5))
@@ -437,6 +450,8 @@ def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monke
     torch.save({**other, "threshold": 0.25}, tmp_path / "other.pt")  # another file
     with pytest.raises(UserError, match="another checkpoint"):
         get_router("citer", {**args, "path": str(tmp_path / "other.pt")})
+    with pytest.raises(UserError, match="another checkpoint"):
+        shift.calibration_shares(tmp_path / "other.pt", cal_path, [0.2])
     with pytest.raises(UserError, match="not both"):
         get_router("citer", {**args, "share": 0.2})
     fixed = {"path": str(out / "citer.pt"), "calibration": str(cal_path)}
