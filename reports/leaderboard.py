@@ -23,7 +23,9 @@ from harness import metrics
 from harness.costmodel import PROFILES, modeled_latency
 from harness.errors import UserError
 from harness.frontier import aiq, apgr, cpt, pgr
-from reports.load import REFERENCES, add_speed, decoded, load_runs, read_records, setting_label
+from reports.load import (
+    REFERENCES, RUN_ORDER, add_speed, decoded, load_runs, read_records, setting_label,
+)  # fmt: skip
 from reports.plots import CAPTIONS, PLOTS, reference
 
 GB = 1e9
@@ -161,7 +163,7 @@ def router_metrics(df: pd.DataFrame) -> pd.DataFrame:
 def _ordered_runs(df: pd.DataFrame, routers: pd.DataFrame) -> pd.DataFrame:
     rank = {r: i for i, r in enumerate(("large", "small", *routers["router"]))}
     df = df.assign(_rank=df["router"].map(lambda r: rank.get(r, len(rank))))
-    df = df.sort_values(["_rank", "router", "setting_value", "setting", "run"], na_position="last")
+    df = df.sort_values(["_rank", *(k for k in RUN_ORDER if k in df.columns)], na_position="last")
     return df.drop(columns="_rank")
 
 

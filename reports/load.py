@@ -25,6 +25,11 @@ KNOBS = ("threshold", "rate", "p", "draft_len", "k", "tau", "quantile")
 REFERENCES = ("small", "large")  # routers whose runs are the quality references
 ANCHORS = "anchors"  # a task folder's large-only speed anchors, a run per machine (issue14_runs.sh)
 COLUMNS = ("run", "task", "router", "setting", "setting_value", "router_args", "metric", "split")
+# a router's runs in the order of the large-token share they realized (a calibrated router's
+# threshold falls as its share grows for entropy and rises for the others: sorted by it, one
+# router's rows would read 0.35, 0.2, 0.1 and the next's 0.1, 0.2, 0.35); runs that have
+# decoded nothing yet (no share) last
+RUN_ORDER = ("router", "large_token_share", "setting_value", "setting", "run")
 
 
 def run_dirs(results_dir: str | Path) -> list[Path]:
@@ -149,7 +154,7 @@ def session_totals(manifest: dict) -> dict:
 
 
 def load_runs(results_dir: str | Path) -> pd.DataFrame:
-    """One row per run under `results_dir`, sorted by task, router, setting value, setting, run."""
+    """One row per run under `results_dir`, sorted by task, then RUN_ORDER."""
     root = Path(results_dir)
     rows = [load_run(d, root) for d in run_dirs(root)]
     if not rows:
@@ -157,8 +162,8 @@ def load_runs(results_dir: str | Path) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     first = [c for c in COLUMNS if c in df.columns]
     df = df[first + sorted(c for c in df.columns if c not in first)]
-    df = df.sort_values(["task", "router", "setting_value", "setting", "run"], na_position="last")
-    return df.reset_index(drop=True)
+    keys = ["task", *(k for k in RUN_ORDER if k in df.columns)]
+    return df.sort_values(keys, na_position="last").reset_index(drop=True)
 
 
 def anchor_runs(df: pd.DataFrame) -> pd.DataFrame:

@@ -46,10 +46,32 @@ def test_load_runs(results):
         "random",
     }
     reward = df[df["router"] == "reward"]
-    assert list(reward["setting_value"]) == [1.0, 2.0, 4.0]  # sorted by the knob
+    assert list(reward["setting_value"]) == [1.0, 2.0, 4.0]  # by share, here the knob's order
     assert df.loc[df["router"] == "random", "n_failed"].sum() == 1  # the demo's one failed record
     small, large = (df[df["router"] == r].iloc[0] for r in ("small", "large"))
     assert small["large_token_share"] == 0.0 and large["large_token_share"] == 1.0
+
+
+def test_runs_read_in_the_order_of_their_share(results, tmp_path):
+    """A router's runs are listed by the large-token share they realized, not by threshold:
+    entropy's threshold falls as its share grows, so threshold order would read its calibrated
+    rows 0.35, 0.2, 0.1 beside other routers' 0.1, 0.2, 0.35."""
+    import shutil
+
+    from reports.leaderboard import paired_table, router_metrics, runs_table
+
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    path = copy / "reward_threshold1" / "summary.json"  # the lowest threshold, now the most large
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "large_token_share": 0.9}))
+    df = load_runs(copy)
+    reward = df[df["router"] == "reward"]
+    assert list(reward["setting_value"]) == [2.0, 4.0, 1.0]
+    assert reward["large_token_share"].is_monotonic_increasing
+    settings = [r[1] for r in runs_table(df, router_metrics(df)).rows if r[0] == "reward"]
+    assert settings == ["threshold=2", "threshold=4", "threshold=1"]
+    assert [r[1] for r in paired_table(df, {}).rows if r[0] == "reward"] == settings
 
 
 def test_load_runs_recomputes_missing_summary(results):
