@@ -155,6 +155,18 @@ def test_issue14_chain_command_lines_parse(tmp_path, trained):
     assert gsm8k and all(("train13/gsm8k-calib-small/" in line) == trained for line in gsm8k)
 
 
+def test_issue14_collects_only_the_editions_own_gpu_rows(tmp_path):
+    """--collect copies the GPU replays of this edition's rows into gsm8k's folder (the report's
+    GPU section), not the earlier sessions' replays of rows made for the purpose."""
+    out = tmp_path / "edition2"
+    env = {**os.environ, "OUT": str(out)}
+    subprocess.run(["bash", str(ROOT / "scripts" / "issue14_runs.sh"), "--collect"],
+                   cwd=ROOT, env=env, check=True, capture_output=True)  # fmt: skip
+    copied = sorted(p.name for p in (out / "gsm8k" / "device").iterdir())
+    assert copied == ["device-latency-h100-llamacpp-edition2.json"]
+    assert len(list((ROOT / "docs" / "data").glob("device-latency-h100*.json"))) > 1
+
+
 def test_issue14_reruns_rows_its_mbpp_sweep_makes(tmp_path):
     """The rows run again for `hybridbench compare` are folders the mbpp sweeps write."""
     import re
