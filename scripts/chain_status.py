@@ -98,7 +98,7 @@ def lines(root: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("roots", nargs="*", default=list(DEFAULT))
     args = ap.parse_args(argv)
     for root in args.roots:

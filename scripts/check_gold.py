@@ -41,7 +41,7 @@ def check(name: str, jobs: int) -> list[str]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=TASKS, action="append", help="default: all code tasks")
     p.add_argument("--jobs", type=int, default=2, help="sandboxed programs run at once")
     args = p.parse_args()

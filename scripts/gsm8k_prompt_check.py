@@ -25,7 +25,7 @@ VARIANTS = {
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("variants", nargs="+", help="current | A | B")
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)

@@ -43,7 +43,7 @@ def _cli(*argv: str) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--router", default="small")
     ap.add_argument("--router-arg", action="append", default=[], metavar="K=V")
     ap.add_argument("--limit", type=int, default=10)

@@ -55,7 +55,7 @@ def table(folder: str, router: str) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folders", nargs="+", help="results folders, one per task")
     p.add_argument("--router", default="reward")
     args = p.parse_args(argv)

@@ -47,7 +47,7 @@ def main() -> int:
     from harness.engine import Engine
     from routers.speculative import Speculative
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1,4,8,16,32")
     ap.add_argument("--contexts", default="32,200", help="tokens each sequence holds")
     ap.add_argument("--threads", type=int, default=2)

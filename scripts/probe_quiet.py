@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.cli import build_parser
     from harness.engine import engine_from_args
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tries", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)

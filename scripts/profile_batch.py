@@ -63,7 +63,7 @@ def summarize(calls: list[dict], probe: dict, batch: int, tokens: int, wall: flo
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--limit", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=640)

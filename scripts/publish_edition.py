@@ -74,7 +74,7 @@ def publish_task(src: Path, dest: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     from reports import write_report
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("src", help="folder of task folders (e.g. results/edition2)")
     ap.add_argument("dest", help="published folder (e.g. reports/published)")
     ap.add_argument("--tasks", required=True, help="comma-separated task folders to publish")

@@ -167,7 +167,7 @@ def compare(task, role, project: dict[str, dict], direct: dict[str, dict], llm, 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", default="runs/validity", help="folder of <task>-<role> project runs")
     p.add_argument("--tasks", default="gsm8k,mbpp")
     p.add_argument("--roles", default="small,large")

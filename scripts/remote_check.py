@@ -56,7 +56,7 @@ def main() -> int:
     from routers import get_router
     from tasks import get_task
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server-bin", default=str(models.cache_dir() / "bin" / "llama-server"))
     ap.add_argument("--gguf", default=None, help="default: the packaged large model's GGUF")
     ap.add_argument("--prompts", type=int, default=3)

@@ -54,7 +54,7 @@ def with_out(argv: list[str], out: Path) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("sweep", type=Path, help="a sweep's task folder (holds sweep.json)")
     p.add_argument("--rows", required=True, help="comma-separated row folders to run again")
     p.add_argument("--out", type=Path, required=True, help="where the reruns go (one folder each)")

@@ -59,7 +59,7 @@ def rescore(run: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="run folders (manifest.json, records.jsonl)")
     args = p.parse_args(argv)
     for run in args.runs:

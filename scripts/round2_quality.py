@@ -25,7 +25,7 @@ from harness.core import cut_at_stop
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path, help="a train-citer --mode label_free output folder")
     p.add_argument("--small-records", type=Path, required=True,
                    help="small's run over the same train examples (records.jsonl)")  # fmt: skip

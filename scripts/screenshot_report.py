@@ -40,7 +40,7 @@ def screenshot(html: Path, out: Path, size: str = "1400,2000", chromium: str = "
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="leaderboard.html, or with --demo a folder to fill")
     parser.add_argument("out", help="PNG to write")
     parser.add_argument("--demo", action="store_true", help="build a synthetic report first")

@@ -94,7 +94,7 @@ def first_diff(a: list[int], b: list[int]) -> int | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", type=int, default=20)
     p.add_argument("--max-new-tokens", type=int, default=384)
     p.add_argument("--threads", type=int, default=2)

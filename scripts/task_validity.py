@@ -115,7 +115,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("paths", nargs="+", help="run folders, or folders holding run folders")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead")
     args = p.parse_args(argv)
