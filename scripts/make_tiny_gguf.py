@@ -98,9 +98,9 @@ def write_qwen2_gguf(model, tokenizer, path: str | Path, name: str = "tiny-qwen2
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if len(argv) != 1 or argv[0].startswith("-"):  # (--help is not a file name to write)
         print("usage: python scripts/make_tiny_gguf.py OUT.gguf", file=sys.stderr)
-        return 2
+        return 0 if argv in (["-h"], ["--help"]) else 2
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.tiny import tiny_pair, tiny_tokenizer
 
