@@ -114,22 +114,37 @@ def vs_large(by: Sums, large: Iterable[str], quiet_large: Sums | None = None) ->
     large_M pooling (tokens / wall) every large-only run in `large` (a task's large row and its
     speed anchors) on machine M; where `quiet_large` (their sessions recorded quiet,
     `by_machine(quiet_only=True)`) has some on M, those alone. A run wholly on one machine gets
-    its rate / large's rate there. NaN for a run that recorded no sessions, has decoded nothing
-    yet, or ran on a machine no large-only run did."""
+    its rate / large's rate there. The sums leave out machines no large-only run decoded on
+    (`covered` says how many of a run's examples the ratio is over). NaN for a run that recorded
+    no sessions, has decoded nothing yet, or ran only on such machines."""
+    rate = large_rates(by, large, quiet_large)
+    out = {}
+    for name, per in by.items():
+        per = {m: d for m, d in per.items() if m in rate}
+        baseline = sum(d["wall_s"] * rate[m] for m, d in per.items())
+        tokens = sum(d["tokens"] for d in per.values())
+        out[name] = tokens / baseline if baseline > 0 and tokens > 0 else math.nan
+    return out
+
+
+def covered(by: Sums, large: Iterable[str], quiet_large: Sums | None = None) -> dict[str, float]:
+    """Per run, the examples `vs_large`'s ratio is over: those decoded on a machine where some
+    large-only run decoded too."""
+    rate = large_rates(by, large, quiet_large)
+    return {name: sum(d["examples"] for m, d in per.items() if m in rate)
+            for name, per in by.items()}  # fmt: skip
+
+
+def large_rates(
+    by: Sums, large: Iterable[str], quiet_large: Sums | None = None
+) -> dict[str, float]:
+    """Large-only's tokens per second on each machine, pooled as `large_pool` says."""
     rate = {}
     for machine, (_, used) in large_pool(by, large, quiet_large).items():
         tokens, wall = _sums(used)
         if tokens > 0 and wall > 0:
             rate[machine] = tokens / wall
-    out = {}
-    for name, per in by.items():
-        if not per or any(m not in rate for m in per):
-            out[name] = math.nan
-            continue
-        baseline = sum(d["wall_s"] * rate[m] for m, d in per.items())
-        tokens = sum(d["tokens"] for d in per.values())
-        out[name] = tokens / baseline if baseline > 0 and tokens > 0 else math.nan
-    return out
+    return rate
 
 
 def large_pool(

@@ -66,7 +66,8 @@ DEFINITIONS = (
     "machine that ran too little of the row), their sessions recorded quiet alone where the "
     "machine has some (sessions record the CPU other processes used meanwhile from "
     "2026-11-24 on; 'quiet': at most 0.25 cores); '(contended)': the run has a session with "
-    "more; '—' where large-only never ran on that machine. "
+    "more; examples decoded on a machine where large-only never ran are left out of the ratio "
+    "('over K of N examples'; '—' where that is all of them). "
     "Runs that predate recorded sessions: decode tok/s / large-only's. "
     "Modeled tok/s: the same tokens under the bandwidth cost model of a hardware profile "
     "(harness/costmodel.py: seed-xeon-a100 = small on a Xeon, large on a remote A100; h100 = "
@@ -252,9 +253,13 @@ def _modeled(r) -> str:
 
 def _speed_cell(r) -> str:
     """A run's throughput / large-only's on the same machine(s) (`reports.load.add_speed`),
-    marked where it is modeled or where other processes were recorded busy meanwhile."""
+    marked where it is modeled, where other processes were recorded busy meanwhile, and where
+    some of its examples ran on a machine large-only never ran on (left out of the ratio)."""
     busy = " (contended)" if str(r.get("contended")) == "True" else ""
-    return _num(r.get("vs_large", math.nan), 2) + _modeled(r) + busy
+    ratio, part, whole = (float(r.get(k, math.nan)) for k in
+                          ("vs_large", "vs_large_examples", "speed_examples"))  # fmt: skip
+    over = f" (over {part:.0f} of {whole:.0f} examples)" if ratio == ratio and part < whole else ""
+    return _num(ratio, 2) + _modeled(r) + busy + over
 
 
 def routers_table(routers: pd.DataFrame) -> Table:

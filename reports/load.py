@@ -191,8 +191,11 @@ def add_speed(df: pd.DataFrame, with_anchors: bool = False) -> pd.DataFrame:
                        machine has some: `harness.machines.vs_large`); for runs that
                        recorded no sessions (the first release's) their decode rate / the
                        task's large runs' mean decode rate, as those reports always did
+    vs_large_examples  the examples that ratio is over (`harness.machines.covered`: a machine
+                       no large-only run decoded on is left out of it), of
+    speed_examples     all examples over the throughput's sessions
     """
-    from harness.machines import by_machine, session_machines, vs_large
+    from harness.machines import by_machine, covered, session_machines, vs_large
 
     anchors = anchor_runs(df)
     both = pd.concat([df, anchors], ignore_index=True) if len(anchors) else df
@@ -204,9 +207,11 @@ def add_speed(df: pd.DataFrame, with_anchors: bool = False) -> pd.DataFrame:
     by = {p: by_machine(m, labels[p]) for p, m in manifests.items()}
     calm = {p: by_machine(m, labels[p], quiet_only=True) for p, m in manifests.items()}
     ratio: dict[str, float] = {}
+    cover: dict[str, float] = {}
     for _, g in both.groupby("task") if len(both) else []:
         large = list(g.loc[g["router"] == "large", "path"])
         ratio.update(vs_large({p: by[p] for p in g["path"]}, large, calm))
+        cover.update(covered({p: by[p] for p in g["path"]}, large, calm))
         old = g[g["path"].map(lambda p: not by[p])]  # no sessions: per-stream decode rates
         if len(old):
             large = old.loc[old["router"] == "large", "tok_per_s"].astype(float)
@@ -226,4 +231,6 @@ def add_speed(df: pd.DataFrame, with_anchors: bool = False) -> pd.DataFrame:
     out["machine_rates_quiet"] = [json.dumps(calm.get(p, {}), sort_keys=True) for p in paths]
     out["contended"] = [any(d["contended"] for d in by.get(p, {}).values()) for p in paths]
     out["vs_large"] = [ratio.get(p, math.nan) for p in paths]
+    out["speed_examples"] = [sum(d["examples"] for d in by.get(p, {}).values()) for p in paths]
+    out["vs_large_examples"] = [cover.get(p, 0.0) for p in paths]
     return out

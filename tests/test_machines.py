@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.machines import by_machine, session_machines, vs_large
+from harness.machines import by_machine, covered, session_machines, vs_large
 
 PROBE_A = {"measured": "2026-11-23T17:43:55+0000", "threads": 2,
            "step_seconds": {"large": {"1": 0.037, "16": 0.303}}}  # fmt: skip
@@ -72,6 +72,29 @@ def test_throughput_relative_to_large_only_on_the_same_machine():
     without_b = vs_large(by, ["large"]) | vs_large({"speculative": by["speculative"]}, [])
     assert math.isnan(without_b["speculative"])  # large-only never ran there (as B's id)
     assert math.isnan(vs_large({"none": {}}, ["none"])["none"])
+    assert covered(by, ["large", "anchor"])["speculative"] == 66.0
+
+
+def test_a_machine_without_large_only_is_left_out_of_the_ratio_and_said_so():
+    """A run resumed on a machine that was gone before any large-only ran there (gsm8k citer 0.1:
+    44 of its examples): the ratio is over its examples on the other machines, and the
+    leaderboard cell says how many examples that is."""
+    from reports.leaderboard import _speed_cell
+
+    sweep = the_sweep()
+    sweep["citer"] = {"sessions": [
+        session("2026-11-25T17:44", 800, 20.0, 32, PROBE_A),  # A: 40 tok/s, large's rate there
+        session("2026-11-25T18:28", 900, 60.0, 44, mid="0f1ae66ef2d3")]}  # fmt: skip
+    labels = session_machines(sweep)
+    by = {name: by_machine(m, labels[name]) for name, m in sweep.items()}
+    assert set(by["citer"]) == {"A", "C"}
+    assert vs_large(by, ["large", "anchor"])["citer"] == pytest.approx(1.0)  # A alone
+    assert covered(by, ["large", "anchor"])["citer"] == 32.0
+    row = {"vs_large": 1.0, "vs_large_examples": 32.0, "speed_examples": 76.0}
+    assert _speed_cell(row) == "1.00 (over 32 of 76 examples)"
+    assert _speed_cell({**row, "vs_large_examples": 76.0}) == "1.00"
+    only_c = {"c": {"C": by["citer"]["C"]}, **{k: by[k] for k in ("large", "anchor")}}
+    assert math.isnan(vs_large(only_c, ["large", "anchor"])["c"])
 
 
 def test_large_only_sessions_recorded_quiet_are_the_denominator_where_there_are_some():
