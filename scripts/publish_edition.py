@@ -29,6 +29,13 @@ RUN_FILES = ("manifest.json", "summary.json")
 FILE_ARGS = ("path", "checkpoint", "calibration")  # router arguments that name a file
 
 
+def names_a_file(value) -> bool:
+    """Whether a router argument's value is a file path: `reward:checkpoint=PATH` is, while the
+    `checkpoint` a calibration file adds to citer's and query's arguments is the sha256 prefix
+    of the checkpoint it was made for (a name with neither folder nor suffix)."""
+    return isinstance(value, str) and ("/" in value or "." in Path(value).name)
+
+
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -65,7 +72,7 @@ def publish_task(src: Path, dest: Path) -> list[str]:
                 shutil.copy2(run / name, out / name)
         compress(run / "records.jsonl", out / "records.jsonl.gz")
         args = json.loads((run / "manifest.json").read_text()).get("router_args") or {}
-        files += [str(v) for k, v in args.items() if k in FILE_ARGS and isinstance(v, str)]
+        files += [v for k, v in args.items() if k in FILE_ARGS and names_a_file(v)]
     if (src / "device").is_dir():
         shutil.copytree(src / "device", dest / "device")
     return files

@@ -232,7 +232,7 @@ def test_chain_status_reads_runs_training_folders_and_the_reference_check(tmp_pa
     assert status.run_status(run).startswith("done 4/678, 674 to go")
 
 
-def test_publish_edition_copies_runs_compressed_and_the_report_regenerates(tmp_path):
+def test_publish_edition_copies_runs_compressed_and_the_report_regenerates(tmp_path, capsys):
     """scripts/publish_edition.py: run folders with their records gzip-compressed (same bytes
     every time), the device rows, the router files the runs name; the published folder's report
     is the one the sweep's own folder gives."""
@@ -248,6 +248,12 @@ def test_publish_edition_copies_runs_compressed_and_the_report_regenerates(tmp_p
     manifest = json.loads((src / "reward_threshold1" / "manifest.json").read_text())
     manifest["router_args"]["checkpoint"] = str(ckpt)
     (src / "reward_threshold1" / "manifest.json").write_text(json.dumps(manifest))
+    # citer's and query's arguments name their checkpoint file (path) and, from their
+    # calibration file, the sha256 prefix of that checkpoint (checkpoint): a file and a hash
+    other = src / "reward_threshold2" / "manifest.json"
+    manifest = json.loads(other.read_text())
+    manifest["router_args"] |= {"path": str(ckpt), "checkpoint": "f35f1ce099e7756e"}
+    other.write_text(json.dumps(manifest))
     (src / "device").mkdir()
     shutil.copy(ROOT / "docs" / "data" / "device-latency-h100.json", src / "device")
     shutil.copytree(src / "large", src / "anchors" / "machine1")  # a speed anchor goes along
@@ -260,6 +266,7 @@ def test_publish_edition_copies_runs_compressed_and_the_report_regenerates(tmp_p
     first = [p.read_bytes() for p in gz]
     assert publish.main([str(src.parent), str(dest), "--tasks", "demo"]) == 0
     assert [p.read_bytes() for p in gz] == first  # no timestamp in the gzip header
+    assert "not found" not in capsys.readouterr().err  # the hash is not taken for a file
     listing = json.loads((dest / "routers" / "files.json").read_text())
     ((name, entry),) = listing.items()
     assert entry["used_as"] == str(ckpt) and (dest / "routers" / name).read_bytes() == b"weights"
