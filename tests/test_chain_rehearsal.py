@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,7 +103,10 @@ def test_issue13_then_issue14_on_the_tiny_pair(tmp_path):
         (anchor,) = (edition / task / "anchors").iterdir()
         md = (edition / task / "report" / "leaderboard.md").read_text()
         large = md.split("### Large-only on each machine")[1].split("###")[0]
-        assert f"| A | anchors/{anchor.name} (5); large__default (4) | 9 |" in large, large
+        # both large-only runs pooled on the one machine (their sessions quiet or not, as the
+        # CPU beside this test happened to be)
+        pooled = rf"\| A \| anchors/{anchor.name} \(5\); large__default \(4\) \| [^|]+ \| 9 \|"
+        assert re.search(pooled, large), large
     verdicts = json.loads((tmp_path / "edition2-rerun" / "mbpp" / "compare.json").read_text())
     assert len(verdicts) == 4
     assert all(v["n_paired"] == 4 and v["diff_ci"] == [0.0, 0.0] for v in verdicts.values())
