@@ -258,7 +258,8 @@ def _speed_cell(r) -> str:
     busy = " (contended)" if str(r.get("contended")) == "True" else ""
     ratio, part, whole = (float(r.get(k, math.nan)) for k in
                           ("vs_large", "vs_large_examples", "speed_examples"))  # fmt: skip
-    over = f" (over {part:.0f} of {whole:.0f} examples)" if ratio == ratio and part < whole else ""
+    partial = not math.isnan(ratio) and part < whole
+    over = f" (over {part:.0f} of {whole:.0f} examples)" if partial else ""
     return _num(ratio, 2) + _modeled(r) + busy + over
 
 

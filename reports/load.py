@@ -210,8 +210,9 @@ def add_speed(df: pd.DataFrame, with_anchors: bool = False) -> pd.DataFrame:
     cover: dict[str, float] = {}
     for _, g in both.groupby("task") if len(both) else []:
         large = list(g.loc[g["router"] == "large", "path"])
-        ratio.update(vs_large({p: by[p] for p in g["path"]}, large, calm))
-        cover.update(covered({p: by[p] for p in g["path"]}, large, calm))
+        runs = {p: by[p] for p in g["path"]}
+        ratio.update(vs_large(runs, large, calm))
+        cover.update(covered(runs, large, calm))
         old = g[g["path"].map(lambda p: not by[p])]  # no sessions: per-stream decode rates
         if len(old):
             large = old.loc[old["router"] == "large", "tok_per_s"].astype(float)
