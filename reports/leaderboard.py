@@ -24,7 +24,13 @@ from harness.costmodel import PROFILES, modeled_latency
 from harness.errors import UserError
 from harness.frontier import aiq, apgr, cpt, pgr
 from reports.load import (
-    REFERENCES, RUN_ORDER, add_speed, decoded, load_runs, read_records, setting_label,
+    REFERENCES,
+    RUN_ORDER,
+    add_speed,
+    decoded,
+    load_runs,
+    read_records,
+    setting_label,
 )  # fmt: skip
 from reports.plots import CAPTIONS, PLOTS, reference
 
@@ -89,7 +95,9 @@ DEVICE_DEFINITION = (
     "model's shape on the engine each table names: transformers in bf16, or llama.cpp with the "
     "GGUF file's quantized types); measured tok/s [95% bootstrap CI over examples] beside "
     "the cost model for that machine (copy-probe bandwidths; datasheet: H100 3,350 GB/s), no "
-    "network."
+    "network. The replay decodes one example at a time, so its last column is per stream too: "
+    "the row's tokens over its examples' recorded seconds on the sweep machine, each example "
+    "one stream of its batch there (the Throughput table's tok/s counts all streams of a batch)."
 )
 
 
@@ -428,7 +436,7 @@ def device_tables(paths: list[Path]) -> list[Table]:
         header = ("row", "setting", "n", "tokens", "large token share",
                   "tok/s measured [95% CI]", "tok/s modeled (probes)",
                   "tok/s modeled (datasheet)", "measured / modeled (datasheet)",
-                  "tok/s recorded on the sweep machine")  # fmt: skip
+                  "tok/s per stream on the sweep machine")  # fmt: skip
         tables.append(Table(title, header, tuple(rows)))
     return tables
 

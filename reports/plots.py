@@ -82,24 +82,38 @@ def _reference_lines(ax, df: pd.DataFrame, column: str, large: float | None = No
             ax.axhline(y, color=color, linestyle="--", linewidth=1, label=f"{router} only")
 
 
+MARKERS = "osD^vPX*hp<>"  # one per router, so that routers of similar colors stay apart
+ZOOM_BELOW = 0.6  # the token-share axis ends a little past the routed runs' shares below this
+
+
+def _markers(df: pd.DataFrame) -> dict[str, str]:
+    routers = sorted(_routed(df)["router"].unique())
+    return {r: MARKERS[i % len(MARKERS)] for i, r in enumerate(routers)}
+
+
 def quality_vs_share(df: pd.DataFrame) -> bytes:
-    """Quality vs large-token share and vs large-call share, a line per router with its 95% CI
-    band, and the small-only and large-only qualities as dashed horizontal lines."""
+    """Quality vs large-token share and vs large-call share, a line per router (its own color and
+    marker) with its 95% CI as error bars, and the small-only and large-only qualities as dashed
+    horizontal lines. Where every routed run's token share is below ZOOM_BELOW the token-share
+    axis ends a little past the largest (the routers of a sweep at shares up to 0.35 would
+    otherwise crowd a third of the panel); the call-share axis always spans [0, 1]."""
     fig, axes = _figure(12, 4.8, ncols=2)
     routed = _routed(df)
-    colors = _router_colors(df)
+    colors, markers = _router_colors(df), _markers(df)
     for ax, share in zip(axes, ("large_token_share", "large_call_share"), strict=True):
         for router, g in routed.groupby("router"):
             g = g.sort_values([share, "run"])
             x = g[share].astype(float)
             q, lo, hi = g["quality"], g["quality_ci_low"], g["quality_ci_high"]
-            ax.plot(x, q, marker="o", color=colors[router], label=router)
-            # Error bars too, so a router with one setting still shows its interval.
-            ax.errorbar(x, q, yerr=[q - lo, hi - q], fmt="none", ecolor=colors[router], capsize=3)
-            ax.fill_between(x, lo, hi, color=colors[router], alpha=0.15)
+            ax.plot(x, q, marker=markers[router], color=colors[router], label=router)
+            ax.errorbar(x, q, yerr=[q - lo, hi - q], fmt="none", ecolor=colors[router], capsize=3,
+                        alpha=0.6)  # fmt: skip
         _reference_lines(ax, df, "quality")
-        ax.set_xlim(-0.02, 1.02)
-        ax.set_xlabel(share.replace("_", " "))
+        top = routed[share].astype(float).max() if len(routed) else math.nan
+        zoom = share == "large_token_share" and top < ZOOM_BELOW
+        ax.set_xlim(-0.01 if zoom else -0.02, top + 0.05 if zoom else 1.02)
+        cut = f" (axis cut at {top + 0.05:.2f})" if zoom else ""
+        ax.set_xlabel(share.replace("_", " ") + cut)
         ax.set_ylabel(f"quality ({df['metric'].iloc[0]})" if len(df) else "quality")
     axes[0].set_title("quality vs large-token share")
     axes[1].set_title("quality vs large-call share")
@@ -196,8 +210,9 @@ PLOTS = {
 # name -> the heading the report shows above the plot (a figure of small multiples or bars has no
 # title of its own; each panel is titled only by its router)
 CAPTIONS = {
-    "quality_vs_share": "Quality against the large model's share of tokens (left) and of calls "
-    "(right), each router a line with its 95% interval; dashed: small-only and large-only",
+    "quality_vs_share": "Quality against the large model's share of tokens (left; where every "
+    "share is below 0.6 the axis ends just past the largest) and of calls (right), each router a "
+    "line with its 95% interval; dashed: small-only and large-only",
     "share_vs_setting": "Large-token share (solid) and large-call share (dashed) against each "
     "router's setting, a panel per router",
     "throughput_vs_setting": "Measured throughput relative to large-only's on the same machine "

@@ -272,6 +272,33 @@ def test_plots_color_each_router_alike_and_leave_out_runs_not_decoded(results, m
         assert colors(ax)["token share"] == legend[router], router
 
 
+def test_quality_plot_zooms_the_token_axis_to_the_shares_run(results, monkeypatch):
+    """With every routed run below 0.6 large tokens the token-share axis ends just past the
+    largest share (a sweep at 0.1-0.35 crowded a third of the panel), while the call-share axis
+    keeps [0, 1]; a run at a larger share keeps the whole token axis. Each router gets its own
+    marker as well as its own color."""
+    import pandas as pd
+
+    from reports import plots
+
+    df = load_runs(results)
+    figs = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figs.append(fig) or b"")
+    routed = df[~df["router"].isin(["small", "large"])]
+    low = df[df["router"].isin(["small", "large"]) | (df["large_token_share"] < 0.6)]
+    top = float(low.loc[low.index.isin(routed.index), "large_token_share"].max())
+    plots.quality_vs_share(low)
+    token, call = figs[-1].axes[:2]
+    assert token.get_xlim()[1] == pytest.approx(top + 0.05) and "axis cut" in token.get_xlabel()
+    assert call.get_xlim() == pytest.approx((-0.02, 1.02))
+    markers = {ln.get_label(): ln.get_marker() for ln in token.get_lines()}
+    routers = set(low.loc[low.index.isin(routed.index), "router"])
+    assert len({markers[r] for r in routers}) == len(routers)
+    wide = pd.concat([low, routed.assign(large_token_share=0.8).iloc[:1]], ignore_index=True)
+    plots.quality_vs_share(wide)
+    assert figs[-1].axes[0].get_xlim() == pytest.approx((-0.02, 1.02))
+
+
 def test_html_keeps_numbers_on_one_line_and_lets_long_text_wrap():
     """A number with its interval stays on one line (class num: nowrap); a long cell that only
     starts with a digit (the setup table's list of commits) wraps, where nowrap pushed its column
