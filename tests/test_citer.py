@@ -432,7 +432,7 @@ def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monke
     # citer_shift.py given that file reads its scores (no model): each tau defers the share of
     # the file's scores below it, the shares the records path found up to those 1e-3 differences
     from_file = shift.calibration_shares(out / "citer.pt", cal_path, [0.25, 0.5])
-    for (share, tau, deferred, n), (_, tau_rec, deferred_rec, _) in zip(from_file, got):
+    for (_, tau, deferred, n), (_, tau_rec, deferred_rec, _) in zip(from_file, got, strict=True):
         assert n == calib_tokens and tau == tau_rec
         assert deferred == sum(s < tau for s in torch.tensor(scores).tolist()) / n
         assert deferred == pytest.approx(deferred_rec, abs=1 / n + 1e-9)
