@@ -13,7 +13,8 @@ For each router row with no control run (or small-only / large-only, the control
 control run nearest in share (p = s when there is none): the control's own ratio of asked to
 realized share corrects the next guess. A p that a control run already has is not printed
 again (that share cannot be reached by asking again), nor is one within MATCH of a share
-already printed. Reads files only.
+already printed. A control run started and not finished (the chain stopped in it) is printed
+first, so that the chain resumes it. Reads files only.
 """
 
 from __future__ import annotations
@@ -28,16 +29,34 @@ TOKEN_ROUTERS = ("entropy", "confidence", "reward", "citer")
 QUERY_ROUTERS = ("query",)
 
 
+def unfinished(df) -> list[tuple[str, float]]:
+    """[(control, p)] for the control runs of `df` started but not finished: fewer examples
+    decoded (or failed) than the folder's fullest run, every row covering the same examples. A
+    chain stopped mid-row resumes them here: their p is a setting a control run already has, so
+    `needed` does not print it again, and their share so far counts as the share they aim at."""
+    from reports.leaderboard import CONTROLS
+
+    if "n" not in df or not len(df):
+        return []
+    failed = df["n_failed"].fillna(0) if "n_failed" in df else 0
+    done = df["n"].fillna(0) + failed
+    controls = df.router.isin({"random", *CONTROLS.values()}) & (done < done.max())
+    return [(r, round(float(p), 3)) for r, p in zip(df.router[controls],
+            df.setting_value[controls], strict=True)]  # fmt: skip
+
+
 def needed(df) -> list[tuple[str, float]]:
-    """[(control, p)] for the rows of `df` (reports.load.load_runs) no control run matches."""
+    """[(control, p)] for the rows of `df` (reports.load.load_runs) no control run matches, after
+    the control runs still unfinished (`unfinished`)."""
     from reports.leaderboard import CONTROLS, ENDS, MATCH
 
-    out = []
+    out = unfinished(df)
     for routers in (TOKEN_ROUTERS, QUERY_ROUTERS):
         control = CONTROLS.get(routers[0], "random")
         runs = df[(df.router == control) & (df.large_token_share > 0)]
         have_p = {round(float(p), 3) for p in runs.setting_value}
-        shares = list(df[df.router.isin([control, *ENDS])].large_token_share)
+        # (a control run started but with nothing decoded yet has no share: NaN matches nothing)
+        shares = list(df[df.router.isin([control, *ENDS])].large_token_share.dropna())
         for s in df[df.router.isin(routers)].large_token_share.dropna():
             if all(abs(s - r) > MATCH for r in shares):
                 shares.append(s)  # one control for shares within MATCH of each other
@@ -46,7 +65,7 @@ def needed(df) -> list[tuple[str, float]]:
                     near = runs.loc[(runs.large_token_share - s).abs().idxmin()]
                     p = s * float(near.setting_value) / float(near.large_token_share)
                 p = round(min(max(p, 0.001), 1.0), 3)
-                if p not in have_p:
+                if p not in have_p and (control, p) not in out:
                     out.append((control, p))
     return out
 

@@ -323,6 +323,26 @@ def test_matched_controls_aims_each_control_at_an_unmatched_share():
         ("random", 0.097), ("random", 0.045), ("random", 0.294)]  # fmt: skip
 
 
+def test_matched_controls_resumes_a_control_the_chain_stopped_in():
+    """A control run stopped part way (29 of 200 examples) is printed first, to be resumed, not
+    taken as done (it once left random p=0.148 at 29/200: its partial share matched the router
+    it was aimed at); one started with nothing decoded (no share yet) blocks no other router."""
+    import math
+
+    import pandas as pd
+
+    rows = [("small", 0.0, None, 200), ("large", 1.0, None, 200), ("random", 0.102, 0.1, 200),
+            ("random", 0.156, 0.148, 29), ("reward", 0.150, -1.2, 200),
+            ("reward", 0.294, -0.7, 200), ("random", math.nan, 0.5, 0)]  # fmt: skip
+    df = pd.DataFrame(rows, columns=["router", "large_token_share", "setting_value", "n"])
+    df["n_failed"] = 0
+    got = load_script("matched_controls").needed(df)
+    assert got[:2] == [("random", 0.148), ("random", 0.5)]  # unfinished first, to resume
+    assert got[2:] == [("random", round(0.294 * 0.148 / 0.156, 3))]  # reward 0.294's control
+    df.loc[df.setting_value == 0.148, "n"] = 200  # finished: nothing to resume, still matches
+    assert load_script("matched_controls").needed(df[df.n > 0]) == got[2:]
+
+
 def test_issue14_runs_the_controls_matched_controls_asks_for(tmp_path):
     """The chain runs each control `scripts/matched_controls.py` prints, for a few rounds (the
     stand-in decodes nothing, so the same ones each round)."""
