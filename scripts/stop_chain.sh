@@ -16,3 +16,10 @@ if [ -n "$pids" ]; then
     kill -0 $pids 2>/dev/null && echo "still running after 120 s: $pids"
 fi
 bash scripts/keep_results.sh
+# a decoding command still alive would go on writing results/ after the commit (session 27: a
+# stop left random p=0.148 decoding for 25 more minutes, cause not found); say so and fail
+left=$(pgrep -af "bin/hybridbench |scripts/(reference_check|rerun_compare).py" || true)
+if [ -n "$left" ]; then
+    echo "!! still running, stop it and run this again before committing:"; echo "$left" | cut -c1-160
+    exit 1
+fi
