@@ -31,7 +31,7 @@ from reports.load import (
     load_runs,
     read_records,
     setting_label,
-)  # fmt: skip
+)
 from reports.plots import CAPTIONS, PLOTS, reference
 
 GB = 1e9

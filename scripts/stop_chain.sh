@@ -8,7 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 pkill -f "scripts/heavy_chain.sh" ; pkill -f "scripts/issue1[0-9]_runs.sh"
-pids=$(pgrep -f "bin/hybridbench |scripts/(reference_check|rerun_compare).py" || true)
+DECODING="bin/hybridbench |scripts/(reference_check|rerun_compare).py" # the chain's commands
+pids=$(pgrep -f "$DECODING" || true)
 if [ -n "$pids" ]; then
     echo "stopping: $(ps -o args= -p ${pids//$'\n'/,} | cut -c1-120)"
     kill -TERM $pids
@@ -18,7 +19,7 @@ fi
 bash scripts/keep_results.sh
 # a decoding command still alive would go on writing results/ after the commit (session 27: a
 # stop left random p=0.148 decoding for 25 more minutes, cause not found); say so and fail
-left=$(pgrep -af "bin/hybridbench |scripts/(reference_check|rerun_compare).py" || true)
+left=$(pgrep -af "$DECODING" || true)
 if [ -n "$left" ]; then
     echo "!! still running, stop it and run this again before committing:"; echo "$left" | cut -c1-160
     exit 1
