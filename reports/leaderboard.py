@@ -36,10 +36,17 @@ from reports.plots import CAPTIONS, PLOTS, reference
 
 GB = 1e9
 CONTROLS = {"query": "random_query"}  # the control of each router; the others: `random`
-UNCOMPARED = (*REFERENCES, "random", "random_query")  # rows that are not compared to a control
+CONTROL_ROUTERS = ("random", *CONTROLS.values())
+UNCOMPARED = (*REFERENCES, *CONTROL_ROUTERS)  # rows that are not compared to a control
 ENDS = ("small", "large")  # the controls at shares 0 and 1: the same policies
 MATCH = 0.02  # large-token shares within 2 points count as matched
 GOAL_SHARE = 0.25  # the quality goal: the most of the gap recovered at <= 25% large tokens
+
+
+def control_of(router: str) -> str:
+    """The control a router is paired with at a matched share."""
+    return CONTROLS.get(router, "random")
+
 
 DEFINITIONS = (
     "quality: mean of the task's primary metric over non-failed examples; "
@@ -305,7 +312,7 @@ def paired_table(
     controls = df if controls is None else controls
     rows = []
     for _, r in df[~df["router"].isin(UNCOMPARED)].iterrows():
-        control = CONTROLS.get(r["router"], "random")
+        control = control_of(r["router"])
         if not _decoded(r):  # nothing to pair yet
             rows.append((r["router"], r["setting"] or "—", "—", "nothing decoded yet",
                          "—", "0", "—", "—"))  # fmt: skip

@@ -86,9 +86,9 @@ MARKERS = "osD^vPX*hp<>"  # one per router, so that routers of similar colors st
 ZOOM_BELOW = 0.6  # the token-share axis ends a little past the routed runs' shares below this
 
 
-def _markers(df: pd.DataFrame) -> dict[str, str]:
-    routers = sorted(_routed(df)["router"].unique())
-    return {r: MARKERS[i % len(MARKERS)] for i, r in enumerate(routers)}
+def _markers(colors: dict[str, tuple]) -> dict[str, str]:
+    """One marker per router of `_router_colors` (sorted), the same in every plot of a report."""
+    return {r: MARKERS[i % len(MARKERS)] for i, r in enumerate(colors)}
 
 
 def quality_vs_share(df: pd.DataFrame) -> bytes:
@@ -99,7 +99,8 @@ def quality_vs_share(df: pd.DataFrame) -> bytes:
     otherwise crowd a third of the panel); the call-share axis always spans [0, 1]."""
     fig, axes = _figure(12, 4.8, ncols=2)
     routed = _routed(df)
-    colors, markers = _router_colors(df), _markers(df)
+    colors = _router_colors(df)
+    markers = _markers(colors)
     for ax, share in zip(axes, ("large_token_share", "large_call_share"), strict=True):
         for router, g in routed.groupby("router"):
             g = g.sort_values([share, "run"])

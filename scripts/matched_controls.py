@@ -34,13 +34,13 @@ def unfinished(df) -> list[tuple[str, float]]:
     decoded (or failed) than the folder's fullest run, every row covering the same examples. A
     chain stopped mid-row resumes them here: their p is a setting a control run already has, so
     `needed` does not print it again, and their share so far counts as the share they aim at."""
-    from reports.leaderboard import CONTROLS
+    from reports.leaderboard import CONTROL_ROUTERS
 
     if "n" not in df or not len(df):
         return []
     failed = df["n_failed"].fillna(0) if "n_failed" in df else 0
     done = df["n"].fillna(0) + failed
-    controls = df.router.isin({"random", *CONTROLS.values()}) & (done < done.max())
+    controls = df.router.isin(CONTROL_ROUTERS) & (done < done.max())
     return [(r, round(float(p), 3)) for r, p in zip(df.router[controls],
             df.setting_value[controls], strict=True)]  # fmt: skip
 
@@ -48,11 +48,11 @@ def unfinished(df) -> list[tuple[str, float]]:
 def needed(df) -> list[tuple[str, float]]:
     """[(control, p)] for the rows of `df` (reports.load.load_runs) no control run matches, after
     the control runs still unfinished (`unfinished`)."""
-    from reports.leaderboard import CONTROLS, ENDS, MATCH
+    from reports.leaderboard import ENDS, MATCH, control_of
 
     out = unfinished(df)
     for routers in (TOKEN_ROUTERS, QUERY_ROUTERS):
-        control = CONTROLS.get(routers[0], "random")
+        control = control_of(routers[0])
         runs = df[(df.router == control) & (df.large_token_share > 0)]
         have_p = {round(float(p), 3) for p in runs.setting_value}
         # (a control run started but with nothing decoded yet has no share: NaN matches nothing)
