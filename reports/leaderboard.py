@@ -94,7 +94,9 @@ COST_DEFINITION = (
     "`hybridbench run` invocation that decoded examples, resumed ones included): backends, batch "
     "sizes, examples and tokens decoded, wall hours on the clock summed; examples/hour = "
     "examples / wall hours. Rows that take their answers from other runs (--reuse-answers) "
-    "count only their own routing passes. 'all runs' sums the task's rows."
+    "count only their own routing passes; the speed anchors (anchors/MACHINE: large-only on the "
+    "first examples, on a machine that decoded too little of large's row) are part of the sweep's "
+    "cost too. 'all runs' sums the task's rows and anchors."
 )
 DEVICE_DEFINITION = (
     "Measured on a GPU machine: recorded runs replayed pass for pass with small on that "
@@ -472,9 +474,12 @@ def _backends(small: str, large: str) -> str:
     return small if small == large else f"{small} / {large}"
 
 
-def cost_table(df: pd.DataFrame) -> Table:
-    """Each run's sessions summed (reports.load.session_totals), and all of them together."""
+def cost_table(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> Table:
+    """Each run's sessions summed (reports.load.session_totals), then each speed anchor's, and
+    all of them together: what the task's sweep took."""
     df = df.sort_values("run")
+    if anchors is not None and len(anchors):
+        df = pd.concat([df, anchors.sort_values("run")], ignore_index=True)
 
     def hours(seconds: float) -> str:
         return f"{seconds / 3600:.2f}"
@@ -688,7 +693,7 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
         if "sessions" in g_all and g_all["sessions"].gt(0).any():
             costed = True
             mine = anchors[anchors["task"] == task] if len(anchors) else anchors
-            tables += [large_table(g_all, mine), setup_table(g_all), cost_table(g_all)]
+            tables += [large_table(g_all, mine), setup_table(g_all), cost_table(g_all, mine)]
         add_tables(md, body, [*tables, provenance_table(g_all)])
     device = device_tables(list((Path(results_dir) / "device").glob("*.json")))
     if device:

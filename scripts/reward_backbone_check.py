@@ -1,7 +1,7 @@
 """The reward model's scores on its two backbones: transformers (bf16, the weights it was trained
 on) and llama.cpp (the truncated GGUF, `routers.reward.LlamaCppRewardBackend`), on the same tokens.
 
-    python scripts/reward_backbone_check.py --checkpoint reports/published/routers/reward.pt \\
+    python scripts/reward_backbone_check.py --checkpoint docs/data/first-release-routers/reward.pt \\
         --records runs/validity/gsm8k-small/records.jsonl --limit 20 --threads 2
 
 For the first --limit records of a small-only gsm8k run (prompt + small's tokens), prints the

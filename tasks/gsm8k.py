@@ -48,8 +48,8 @@ FLEXIBLE_PATTERN = r"(-?[$0-9.,]{2,})|(-?[0-9]+)"
 IGNORE = (",", "\\$", "(?s).*#### ", "\\.$")
 
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
-# The first release's single user turn, superseded (runs in reports/published/ used it); kept
-# for scripts/gsm8k_prompt_check.py and to reproduce those runs.
+# The first release's single user turn, superseded (its published runs used it: git f59cb5c);
+# kept for scripts/gsm8k_prompt_check.py and to reproduce those runs.
 FIRST_RELEASE_PROMPT = (
     "Solve the following math problem step by step. "
     'End your response with a final line of the form "#### <number>", '

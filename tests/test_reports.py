@@ -134,16 +134,28 @@ def test_reports_import_no_model_code(results, tmp_path):
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
-@pytest.mark.parametrize("task", ["gsm8k", "mbpp"])
+PUBLISHED = ROOT / "reports" / "published"
+PUBLISHED_TASKS = sorted(p.parents[1].name for p in PUBLISHED.glob("*/report/leaderboard.md"))
+EDITION_N = {"gsm8k": 200, "mbpp": 200, "humaneval": 85}  # issue 14: the test examples per task
+
+
+def test_published_edition_holds_its_tasks():
+    """The second edition publishes gsm8k first (mbpp and humaneval as their sweeps finish), and
+    only this edition's tasks: the first release's n = 10 folders went."""
+    assert "gsm8k" in PUBLISHED_TASKS
+    assert set(PUBLISHED_TASKS) <= set(EDITION_N), PUBLISHED_TASKS
+
+
+@pytest.mark.parametrize("task", PUBLISHED_TASKS)
 def test_published_leaderboard_is_what_report_writes_from_its_runs(task, tmp_path):
     """The committed leaderboard (reports/published) regenerates from its committed run folders.
     Compared: the Markdown (tables, provenance). The PNGs, and so the HTML that embeds them, are
     byte-identical only under the matplotlib version that drew them (checked by hand on re-run)."""
-    src = ROOT / "reports" / "published" / task
+    src = PUBLISHED / task
     write_report(src, tmp_path / "report")
     fresh = (tmp_path / "report" / "leaderboard.md").read_text()
     assert fresh == (src / "report" / "leaderboard.md").read_text()
-    assert "| large | — | 10 |" in fresh  # the real sweep, not an empty table
+    assert f"| large | — | {EDITION_N[task]} |" in fresh  # the real sweep, not an empty table
 
 
 def test_paired_speed_and_transfer_tables(results, tmp_path):
@@ -413,6 +425,8 @@ def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
         manifest = json.loads((copy / run / "manifest.json").read_text())
         manifest["sessions"] = s
         (copy / run / "manifest.json").write_text(json.dumps(manifest))
+    # a speed anchor (large-only on another machine's first examples) is part of the sweep's cost
+    shutil.copytree(copy / "large", copy / "anchors" / "m2")
     md = (write_report(copy, tmp_path / "report").parent / "leaderboard.md").read_text()
     table = md.split("### Cost: wall time on the machine that ran each run")[1].split("###")[0]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
@@ -420,7 +434,9 @@ def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
     assert rows["small"][2:] == ["1, 16", "3", "12", "120", "0.75", "16.0"]
     assert rows["large"][2:] == ["8", "1", "12", "90", "1.00", "12.0"]
     assert rows["reward_threshold1"][2:] == ["—", "0", "0", "0", "0.00", "—"]
-    assert rows["all runs"][3:] == ["4", "24", "210", "1.75", "13.7"]
+    assert rows["anchors/m2"][2:] == rows["large"][2:]
+    assert list(rows)[-2:] == ["anchors/m2", "all runs"]  # after the runs, before their sum
+    assert rows["all runs"][3:] == ["5", "36", "300", "2.75", "13.1"]
     assert "- Cost: what each run took" in md
     setup = md.split("### Setup (from the run manifests)")[1].split("###")[0]
     assert "| dates | 2025-01-01 to 2025-02-03 |" in setup  # the runs' starts, then the session
