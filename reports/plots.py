@@ -67,10 +67,13 @@ def _router_colors(df: pd.DataFrame) -> dict[str, tuple]:
 
 
 def _knobbed(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """Non-reference routers with a numeric setting, each with its runs sorted by that setting."""
+    """Non-reference routers run at two or more values of a numeric setting, each with its runs
+    sorted by it (a router at one value, e.g. speculative k = 4 fixed and adaptive, would be a
+    point or a vertical line: the tables say more)."""
     routed = _routed(df)
     routed = routed[routed["setting_value"].astype(float).notna()]
-    return [(r, g.sort_values(["setting_value", "run"])) for r, g in routed.groupby("router")]
+    return [(r, g.sort_values(["setting_value", "run"])) for r, g in routed.groupby("router")
+            if g["setting_value"].nunique() > 1]  # fmt: skip
 
 
 def _reference_lines(ax, df: pd.DataFrame, column: str, large: float | None = None) -> None:
@@ -84,6 +87,7 @@ def _reference_lines(ax, df: pd.DataFrame, column: str, large: float | None = No
 
 MARKERS = "osD^vPX*hp<>"  # one per router, so that routers of similar colors stay apart
 ZOOM_BELOW = 0.6  # the token-share axis ends a little past the routed runs' shares below this
+OFF_AXIS = 2  # at most this many runs beyond ZOOM_BELOW are drawn at the cut edge, share written
 
 
 def _markers(colors: dict[str, tuple]) -> dict[str, str]:
@@ -94,9 +98,11 @@ def _markers(colors: dict[str, tuple]) -> dict[str, str]:
 def quality_vs_share(df: pd.DataFrame) -> bytes:
     """Quality vs large-token share and vs large-call share, a line per router (its own color and
     marker) with its 95% CI as error bars, and the small-only and large-only qualities as dashed
-    horizontal lines. Where every routed run's token share is below ZOOM_BELOW the token-share
-    axis ends a little past the largest (the routers of a sweep at shares up to 0.35 would
-    otherwise crowd a third of the panel); the call-share axis always spans [0, 1]."""
+    horizontal lines. Where at most OFF_AXIS routed runs have a token share of ZOOM_BELOW or more,
+    the token-share axis ends a little past the largest share below it (the routers of a sweep at
+    shares up to 0.35 would otherwise crowd a third of the panel) and those runs (adaptive
+    speculative decoding, which hands answers to large) are drawn at its edge with their share
+    written; the call-share axis always spans [0, 1]."""
     fig, axes = _figure(12, 4.8, ncols=2)
     routed = _routed(df)
     colors = _router_colors(df)
@@ -110,10 +116,20 @@ def quality_vs_share(df: pd.DataFrame) -> bytes:
             ax.errorbar(x, q, yerr=[q - lo, hi - q], fmt="none", ecolor=colors[router], capsize=3,
                         alpha=0.6)  # fmt: skip
         _reference_lines(ax, df, "quality")
-        top = routed[share].astype(float).max() if len(routed) else math.nan
-        zoom = share == "large_token_share" and top < ZOOM_BELOW
-        ax.set_xlim(-0.01 if zoom else -0.02, top + 0.05 if zoom else 1.02)
-        cut = f" (axis cut at {top + 0.05:.2f})" if zoom else ""
+        x = routed[share].astype(float)
+        beyond = routed[x >= ZOOM_BELOW]
+        zoom = share == "large_token_share" and (x < ZOOM_BELOW).any() and len(beyond) <= OFF_AXIS
+        edge = x[x < ZOOM_BELOW].max() + 0.05 if zoom else 1.02
+        ax.set_xlim(-0.01 if zoom else -0.02, edge)
+        cut = ""
+        if zoom:
+            cut = f" (axis cut at {edge:.2f})"
+            for _, r in beyond.iterrows():  # off the axis: at its edge, the share written
+                color = colors[r["router"]]
+                ax.plot([edge], [r["quality"]], marker=markers[r["router"]], color=color,
+                        clip_on=False, linestyle="none")  # fmt: skip
+                ax.annotate(f"{r[share]:.2f} →", (edge, r["quality"]), xytext=(-6, -14),
+                            textcoords="offset points", ha="right", fontsize=9, color="0.15")  # fmt: skip
         ax.set_xlabel(share.replace("_", " ") + cut)
         ax.set_ylabel(f"quality ({df['metric'].iloc[0]})" if len(df) else "quality")
     axes[0].set_title("quality vs large-token share")
@@ -211,13 +227,15 @@ PLOTS = {
 # name -> the heading the report shows above the plot (a figure of small multiples or bars has no
 # title of its own; each panel is titled only by its router)
 CAPTIONS = {
-    "quality_vs_share": "Quality against the large model's share of tokens (left; where every "
-    "share is below 0.6 the axis ends just past the largest) and of calls (right), each router a "
-    "line with its 95% interval; dashed: small-only and large-only",
+    "quality_vs_share": "Quality against the large model's share of tokens (left; where at most "
+    "two runs are at 0.6 or more the axis ends just past the largest share below it, and those "
+    "runs sit at its edge, their share written) and of calls (right), each router a line with its "
+    "95% interval; dashed: small-only and large-only",
     "share_vs_setting": "Large-token share (solid) and large-call share (dashed) against each "
-    "router's setting, a panel per router",
+    "router's setting, a panel per router run at two settings or more",
     "throughput_vs_setting": "Measured throughput relative to large-only's on the same machine "
-    "against each router's setting, a panel per router; dashed: small-only and large-only",
+    "against each router's setting, a panel per router run at two settings or more; dashed: "
+    "small-only and large-only",
     "bytes_per_model": "Memory traffic per example (GB read: weights and KV cache), one bar per "
     "run, split by model",
 }
