@@ -116,10 +116,11 @@ def quality_vs_share(df: pd.DataFrame) -> bytes:
             ax.errorbar(x, q, yerr=[q - lo, hi - q], fmt="none", ecolor=colors[router], capsize=3,
                         alpha=0.6)  # fmt: skip
         _reference_lines(ax, df, "quality")
-        x = routed[share].astype(float)
-        beyond = routed[x >= ZOOM_BELOW]
-        zoom = share == "large_token_share" and (x < ZOOM_BELOW).any() and len(beyond) <= OFF_AXIS
-        edge = x[x < ZOOM_BELOW].max() + 0.05 if zoom else 1.02
+        shares = routed[share].astype(float)  # every routed run's, for the axis
+        beyond = routed[shares >= ZOOM_BELOW]
+        zoom = (share == "large_token_share" and (shares < ZOOM_BELOW).any()
+                and len(beyond) <= OFF_AXIS)  # fmt: skip
+        edge = shares[shares < ZOOM_BELOW].max() + 0.05 if zoom else 1.02
         ax.set_xlim(-0.01 if zoom else -0.02, edge)
         cut = ""
         if zoom:
