@@ -511,11 +511,14 @@ def cost_table(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> Table:
 
 
 def _machine_text(cpu: str, mach: dict, probe: dict | None) -> str:
-    """'AMD EPYC, 2 CPUs, avx/avx2/fma/f16c, probe 2026-11-24: large's 16-sequence step 0.678 s
-    (others' CPU meanwhile: not recorded)':
+    """'id ab0be9c69195, AMD EPYC, 2 CPUs, avx/avx2/fma/f16c, probe 2026-11-24: large's
+    16-sequence step 0.678 s (others' CPU meanwhile: not recorded)':
     one brand covered machines 1.5x apart in speed, so the SIMD extensions (recorded from
-    2026-11-24 on) and the batch probe's slowest measured step tell them apart."""
-    text = f"{cpu}, {mach.get('cpus', '?')} CPUs"
+    2026-11-24 on) and the batch probe's slowest measured step tell them apart; the id
+    (recorded from 2026-11-24 on) names one machine across task folders, whose labels are
+    each their own."""
+    text = f"id {mach['id']}, " if mach.get("id") else ""
+    text += f"{cpu}, {mach.get('cpus', '?')} CPUs"
     if mach.get("cpu_features"):
         text += ", " + "/".join(mach["cpu_features"])
     steps = ((probe or {}).get("step_seconds") or {}).get("large") or {}

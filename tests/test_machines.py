@@ -172,7 +172,7 @@ def test_report_divides_by_large_only_on_each_machine_and_lists_the_anchor(tmp_p
     machines = cells(md, "Setup", "machines")[1]
     assert machines.startswith("A: AMD EPYC, 2 CPUs, probe 2026-11-23: large's 16-sequence step "
                                "0.303 s (others' CPU meanwhile: not recorded)")  # fmt: skip
-    assert "; B: AMD EPYC" in machines and "C:" not in machines
+    assert "; B: id ab0be9c69195, AMD EPYC" in machines and "C:" not in machines
     runs = md.split("### Runs")[1].split("###")[0]
     assert runs.count("| large |") == 1  # the anchor is not a run of the leaderboard
 
