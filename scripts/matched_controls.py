@@ -8,12 +8,16 @@ runs to add and runs them, a few rounds until every router is matched:
 
     python scripts/matched_controls.py results/edition2/gsm8k      # lines "ROUTER P"
 
-For each router row with no control run (or small-only / large-only, the controls at p = 0 and
-1) within MATCH of its share s, one line: the control at p = s x (p / realized share) of the
-control run nearest in share (p = s when there is none): the control's own ratio of asked to
-realized share corrects the next guess. A p that a control run already has is not printed
-again (that share cannot be reached by asking again), nor is one within MATCH of a share
-already printed. A control run started and not finished (the chain stopped in it) is printed
+The router rows with no control run (or small-only / large-only, the controls at p = 0 and 1)
+within MATCH of their share are taken in order of share and grouped, each group spanning at most
+SPAN (1.5 points), so that one control run serves every router of a group: one line per group,
+the control aimed at the group's middle s, at p = s x (sum of p / sum of realized shares) over
+the control's runs in the folder (p = s when there is none): the control's own ratio of asked to
+realized share corrects the guess, pooled because one run's ratio is noisy (mbpp's random runs:
+0.96, 1.11, 1.11 realized per asked; gsm8k's 1.02-1.10). A control aimed so lands within about a
+point of its aim (gsm8k: 0.1-0.9 points), so the middle of a 1.5-point group leaves each of its
+routers matched with room to spare. A p that a control run already has is not printed again (that share cannot be reached
+by asking again). A control run started and not finished (the chain stopped in it) is printed
 first, so that the chain resumes it. Reads files only.
 """
 
@@ -27,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TOKEN_ROUTERS = ("entropy", "confidence", "reward", "citer")
 QUERY_ROUTERS = ("query",)
+SPAN = 0.015  # the widest group of router shares one control run is aimed at (see above)
 
 
 def unfinished(df) -> list[tuple[str, float]]:
@@ -57,16 +62,17 @@ def needed(df) -> list[tuple[str, float]]:
         have_p = {round(float(p), 3) for p in runs.setting_value}
         # (a control run started but with nothing decoded yet has no share: NaN matches nothing)
         shares = list(df[df.router.isin([control, *ENDS])].large_token_share.dropna())
-        for s in df[df.router.isin(routers)].large_token_share.dropna():
-            if all(abs(s - r) > MATCH for r in shares):
-                shares.append(s)  # one control for shares within MATCH of each other
-                p = float(s)
-                if len(runs):
-                    near = runs.loc[(runs.large_token_share - s).abs().idxmin()]
-                    p = s * float(near.setting_value) / float(near.large_token_share)
-                p = round(min(max(p, 0.001), 1.0), 3)
-                if p not in have_p and (control, p) not in out:
-                    out.append((control, p))
+        alone = sorted(float(s) for s in df[df.router.isin(routers)].large_token_share.dropna()
+                       if all(abs(s - r) > MATCH for r in shares))  # fmt: skip
+        while alone:
+            group = [s for s in alone if s - alone[0] <= SPAN]
+            alone = alone[len(group):]
+            s = (group[0] + group[-1]) / 2
+            p = s * (float(runs.setting_value.sum()) / float(runs.large_token_share.sum())
+                     if len(runs) else 1.0)  # fmt: skip
+            p = round(min(max(p, 0.001), 1.0), 3)
+            if p not in have_p and (control, p) not in out:
+                out.append((control, p))
     return out
 
 

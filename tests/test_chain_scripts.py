@@ -305,8 +305,9 @@ def test_calibration_loops_splits_the_pool_by_answers_cut_at_the_budget(tmp_path
 
 
 def test_matched_controls_aims_each_control_at_an_unmatched_share():
-    """A router with no control run within 2 points of its share gets one, p corrected by the
-    nearest control run's asked / realized ratio; shares within 2 points share one control."""
+    """Routers with no control run within 2 points of their share get one, aimed at the middle
+    of each group of such shares spanning at most 1.5 points, p corrected by the control runs'
+    pooled asked / realized ratio."""
     import pandas as pd
 
     rows = [("small", 0.0, None), ("large", 1.0, None), ("random", 0.102, 0.1),
@@ -315,12 +316,17 @@ def test_matched_controls_aims_each_control_at_an_unmatched_share():
             ("random_query", 0.30, 0.35), ("query", 0.335, 0.35)]  # fmt: skip
     df = pd.DataFrame(rows, columns=["router", "large_token_share", "setting_value"])
     got = load_script("matched_controls").needed(df)
-    # entropy is matched (0.102), reward 0.05 shares citer's new control, query 0.01 is matched
-    # by small-only (p = 0)
-    assert got == [("random", 0.044), ("random", 0.28), ("random_query", 0.391)]
-    # no control run of that kind yet: p = the share (entropy now unmatched too)
+    # entropy is matched (0.102); citer 0.045 and reward 0.05 share one control aimed at 0.0475,
+    # p = 0.0475 x 0.3 / 0.312; query 0.01 is matched by small-only (p = 0)
+    assert got == [("random", 0.046), ("random", 0.283), ("random_query", 0.391)]
+    # no control run of that kind yet: p = the share (entropy now unmatched, 4.7 points from
+    # citer: a group of its own)
     assert load_script("matched_controls").needed(df[df.router != "random"])[:3] == [
-        ("random", 0.097), ("random", 0.045), ("random", 0.294)]  # fmt: skip
+        ("random", 0.048), ("random", 0.097), ("random", 0.294)]  # fmt: skip
+    # a group spans at most 1.5 points: 0.20, 0.21, 0.215 share one control; 0.225 starts the next
+    wide = pd.DataFrame([("entropy", s, 0.2) for s in (0.20, 0.21, 0.215, 0.225)],
+                        columns=["router", "large_token_share", "setting_value"])  # fmt: skip
+    assert load_script("matched_controls").needed(wide) == [("random", 0.208), ("random", 0.225)]
 
 
 def test_matched_controls_resumes_a_control_the_chain_stopped_in():
@@ -338,7 +344,8 @@ def test_matched_controls_resumes_a_control_the_chain_stopped_in():
     df["n_failed"] = 0
     got = load_script("matched_controls").needed(df)
     assert got[:2] == [("random", 0.148), ("random", 0.5)]  # unfinished first, to resume
-    assert got[2:] == [("random", round(0.294 * 0.148 / 0.156, 3))]  # reward 0.294's control
+    # reward 0.294's control; p pooled over the runs with a share: (0.1 + 0.148) / (0.102 + 0.156)
+    assert got[2:] == [("random", round(0.294 * 0.248 / 0.258, 3))]
     df.loc[df.setting_value == 0.148, "n"] = 200  # finished: nothing to resume, still matches
     assert load_script("matched_controls").needed(df[df.n > 0]) == got[2:]
 
