@@ -66,7 +66,7 @@ def needed(df) -> list[tuple[str, float]]:
                        if all(abs(s - r) > MATCH for r in shares))  # fmt: skip
         while alone:
             group = [s for s in alone if s - alone[0] <= SPAN]
-            alone = alone[len(group):]
+            alone = alone[len(group) :]
             s = (group[0] + group[-1]) / 2
             p = s * (float(runs.setting_value.sum()) / float(runs.large_token_share.sum())
                      if len(runs) else 1.0)  # fmt: skip
