@@ -11,13 +11,15 @@ runs to add and runs them, a few rounds until every router is matched:
 The router rows with no control run (or small-only / large-only, the controls at p = 0 and 1)
 within MATCH of their share are taken in order of share and grouped, each group spanning at most
 SPAN (1.5 points), so that one control run serves every router of a group: one line per group,
-the control aimed at the group's middle s, at p = s x (sum of p / sum of realized shares) over
-the control's runs in the folder (p = s when there is none): the control's own ratio of asked to
-realized share corrects the guess, pooled because one run's ratio is noisy (mbpp's random runs:
-0.96, 1.11, 1.11 realized per asked; gsm8k's 1.02-1.10). A control aimed so lands within about a
-point of its aim (gsm8k: 0.1-0.9 points), so the middle of a 1.5-point group leaves each of its
-routers matched with room to spare. A p that a control run already has is not printed again (that share cannot be reached
-by asking again). A control run started and not finished (the chain stopped in it) is printed
+the control aimed at the group's middle s. Its p is interpolated between the two control runs
+whose realized shares bracket s (p = s x asked / realized of the nearest run when none bracket
+it, p = s when there is none): a control's realized share is not proportional to p (random_query
+on mbpp realized 0.55 of its p at p = 0.1 and 0.80 at 0.6, since large's answers are shorter
+than small's), so a ratio taken far from s, or pooled over all runs, aims wide (three rounds
+missed mbpp's query 0.35 that way). A control lands within about 1-2 points of its aim (mbpp's
+four random controls: 0.3-2.2), so the middle of a 1.5-point group leaves each of its routers
+matched most of the time. A p that a control run already has is not printed again (that share
+cannot be reached by asking again). A control run started and not finished (the chain stopped in it) is printed
 first, so that the chain resumes it. Reads files only.
 """
 
@@ -50,6 +52,22 @@ def unfinished(df) -> list[tuple[str, float]]:
             df.setting_value[controls], strict=True)]  # fmt: skip
 
 
+def aim(runs, s: float) -> float:
+    """The p for a control aimed at share `s`, from its `runs` (rows with setting_value = p and
+    large_token_share): interpolated between the nearest runs below and above `s`, else the
+    nearest run's asked / realized ratio, else `s`."""
+    if not len(runs):
+        return s
+    share, p = runs.large_token_share.astype(float), runs.setting_value.astype(float)
+    below, above = share[share <= s], share[share > s]
+    if len(below) and len(above):
+        lo, hi = below.idxmax(), above.idxmin()
+        if p[hi] > p[lo]:
+            return p[lo] + (s - share[lo]) * (p[hi] - p[lo]) / (share[hi] - share[lo])
+    near = (share - s).abs().idxmin()
+    return s * p[near] / share[near]
+
+
 def needed(df) -> list[tuple[str, float]]:
     """[(control, p)] for the rows of `df` (reports.load.load_runs) no control run matches, after
     the control runs still unfinished (`unfinished`)."""
@@ -68,8 +86,7 @@ def needed(df) -> list[tuple[str, float]]:
             group = [s for s in alone if s - alone[0] <= SPAN]
             alone = alone[len(group) :]
             s = (group[0] + group[-1]) / 2
-            p = s * (float(runs.setting_value.sum()) / float(runs.large_token_share.sum())
-                     if len(runs) else 1.0)  # fmt: skip
+            p = aim(runs, s)
             p = round(min(max(p, 0.001), 1.0), 3)
             if p not in have_p and (control, p) not in out:
                 out.append((control, p))

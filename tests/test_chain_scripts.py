@@ -306,8 +306,8 @@ def test_calibration_loops_splits_the_pool_by_answers_cut_at_the_budget(tmp_path
 
 def test_matched_controls_aims_each_control_at_an_unmatched_share():
     """Routers with no control run within 2 points of their share get one, aimed at the middle
-    of each group of such shares spanning at most 1.5 points, p corrected by the control runs'
-    pooled asked / realized ratio."""
+    of each group of such shares spanning at most 1.5 points, p interpolated between the control
+    runs bracketing that share (else the nearest run's asked / realized ratio)."""
     import pandas as pd
 
     rows = [("small", 0.0, None), ("large", 1.0, None), ("random", 0.102, 0.1),
@@ -317,8 +317,12 @@ def test_matched_controls_aims_each_control_at_an_unmatched_share():
     df = pd.DataFrame(rows, columns=["router", "large_token_share", "setting_value"])
     got = load_script("matched_controls").needed(df)
     # entropy is matched (0.102); citer 0.045 and reward 0.05 share one control aimed at 0.0475,
-    # p = 0.0475 x 0.3 / 0.312; query 0.01 is matched by small-only (p = 0)
-    assert got == [("random", 0.046), ("random", 0.283), ("random_query", 0.391)]
+    # below every random run: p = 0.0475 x 0.1 / 0.102; query 0.01 is matched by small-only (p = 0)
+    assert got == [("random", 0.047), ("random", 0.28), ("random_query", 0.391)]
+    # bracketed: interpolated (mbpp's query 0.35 at 0.461, random_query runs at 0.338 and 0.491)
+    rq = pd.DataFrame([("random_query", 0.338, 0.455), ("random_query", 0.491, 0.611),
+                       ("query", 0.461, 0.35)], columns=df.columns)  # fmt: skip
+    assert load_script("matched_controls").needed(rq) == [("random_query", 0.58)]
     # no control run of that kind yet: p = the share (entropy now unmatched, 4.7 points from
     # citer: a group of its own)
     assert load_script("matched_controls").needed(df[df.router != "random"])[:3] == [
@@ -344,8 +348,7 @@ def test_matched_controls_resumes_a_control_the_chain_stopped_in():
     df["n_failed"] = 0
     got = load_script("matched_controls").needed(df)
     assert got[:2] == [("random", 0.148), ("random", 0.5)]  # unfinished first, to resume
-    # reward 0.294's control; p pooled over the runs with a share: (0.1 + 0.148) / (0.102 + 0.156)
-    assert got[2:] == [("random", round(0.294 * 0.248 / 0.258, 3))]
+    assert got[2:] == [("random", round(0.294 * 0.148 / 0.156, 3))]  # reward 0.294's control
     df.loc[df.setting_value == 0.148, "n"] = 200  # finished: nothing to resume, still matches
     assert load_script("matched_controls").needed(df[df.n > 0]) == got[2:]
 
