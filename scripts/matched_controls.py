@@ -19,8 +19,8 @@ than small's), so a ratio taken far from s, or pooled over all runs, aims wide (
 missed mbpp's query 0.35 that way). A control lands within about 1-2 points of its aim (mbpp's
 four random controls: 0.3-2.2), so the middle of a 1.5-point group leaves each of its routers
 matched most of the time. A p that a control run already has is not printed again (that share
-cannot be reached by asking again). A control run started and not finished (the chain stopped in it) is printed
-first, so that the chain resumes it. Reads files only.
+cannot be reached by asking again). A control run started and not finished (the chain stopped
+in it) is printed first, so that the chain resumes it. Reads files only.
 """
 
 from __future__ import annotations
