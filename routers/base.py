@@ -110,9 +110,12 @@ class Router:
         return frozenset()
 
     def trained_on(self) -> tuple[str, ...]:
-        """Tasks whose examples trained or calibrated this router (the prefix of each used id,
-        e.g. "gsm8k" of "gsm8k/train/12"); empty for a router that learned nothing. A run on a
-        task not listed here is a transfer run, and its records say so."""
+        """Tasks whose examples trained this router (the prefix of each id, e.g. "gsm8k" of
+        "gsm8k/train/12"): by default those of every used id, so a router whose only learned
+        parameter is a calibrated threshold (entropy) names its calibration's task; one with a
+        trained scorer names the scorer's (CITER's MLP, the reward model). Empty for a router
+        that learned nothing. A run on a task not listed here is a transfer run, and its records
+        say so."""
         return tuple(sorted({i.split("/", 1)[0] for i in self.used_example_ids()}))
 
 

@@ -134,7 +134,8 @@ class Citer(TokenRouter):
         if draft_len < 1:
             raise ValueError(f"draft_len must be >= 1, got {draft_len}")
         self.draft_len = draft_len
-        self._used = frozenset(ckpt["train_ids"]) | frozenset(ckpt["calib_ids"]) | set(cal_ids)
+        self._trained = frozenset(ckpt["train_ids"]) | frozenset(ckpt["calib_ids"])
+        self._used = self._trained | set(cal_ids)
         self.small_backend = ckpt.get("small_backend", "hf")  # older checkpoints: transformers
 
     def needs(self) -> Needs:
@@ -183,3 +184,8 @@ class Citer(TokenRouter):
 
     def used_example_ids(self) -> frozenset[str]:
         return self._used
+
+    def trained_on(self) -> tuple[str, ...]:
+        """The tasks of the MLP's training examples: a threshold calibrated on another task's
+        calib answers (humaneval's rows run mbpp's MLP) leaves the run a transfer run."""
+        return tuple(sorted({i.split("/", 1)[0] for i in self._trained}))

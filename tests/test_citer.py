@@ -446,6 +446,13 @@ def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monke
     router = get_router("citer", args)
     assert router.threshold == pytest.approx(threshold_for("citer", scores, 0.5))
     assert router.describe()["target_share"] == 0.5 and "share" not in router.describe()
+    # calibrated on another task's calib answers (humaneval's rows run mbpp's MLP): those ids are
+    # used (never evaluated on), but the MLP learned from gsm8k alone, so a run elsewhere is transfer
+    there = {**json.loads(cal_path.read_text()), "example_ids": ["humaneval/calib/0"]}
+    (tmp_path / "there.json").write_text(json.dumps(there))
+    moved = get_router("citer", {**args, "calibration": str(tmp_path / "there.json")})
+    assert "humaneval/calib/0" in moved.used_example_ids()
+    assert moved.trained_on() == router.trained_on() == ("gsm8k",)
     other = torch.load(out / "citer.pt", weights_only=True)
     torch.save({**other, "threshold": 0.25}, tmp_path / "other.pt")  # another file
     with pytest.raises(UserError, match="another checkpoint"):
