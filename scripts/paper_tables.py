@@ -1,6 +1,7 @@
 """The seed paper's Tables 1 and 2 in shape, from our runs: per task and reward setting, the
 threshold (and target share), small / hybrid / large accuracy, the large-call share (the paper's
-"activation ratio"), the large-token share and the measured throughput.
+"activation ratio"), the large-token share and the measured throughput, absolute and against
+large-only's on the same machine(s) (the leaderboard's ratio: tok/s alone compares machines).
 
     python scripts/paper_tables.py results/edition2/gsm8k results/edition2/mbpp [--router reward]
 
@@ -26,17 +27,18 @@ def fmt(x, digits=3) -> str:
 def table(folder: str, router: str) -> str:
     import json
 
+    from reports.leaderboard import _speed_cell
     from reports.leaderboard import quality_cell as quality
-    from reports.load import load_runs
+    from reports.load import add_speed, load_runs
 
-    df = load_runs(folder)
+    df = add_speed(load_runs(folder))
     refs = {r: df[df["router"] == r] for r in ("small", "large")}
     lines = [
         f"### {df['task'].iloc[0] if len(df) else folder} ({folder})",
         "",
         "| threshold | target share | n | small | hybrid | large | activation ratio "
-        "(large-call share) | large-token share | tok/s (batch) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "(large-call share) | large-token share | tok/s (batch) | throughput / large-only |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     small = quality(refs["small"].iloc[0]) if len(refs["small"]) else "—"
     large = quality(refs["large"].iloc[0]) if len(refs["large"]) else "—"
@@ -47,10 +49,11 @@ def table(folder: str, router: str) -> str:
         lines.append(
             f"| {fmt(r['_thr'])} | {fmt(r['_share'], 2)} | {int(r['n'])} | {small} | {quality(r)} "
             f"| {large} | {fmt(r['large_call_share'])} | {fmt(r['large_token_share'])} "
-            f"| {fmt(r.get('throughput_tok_per_s', math.nan), 2)} ({fmt(r.get('batch'), 0)}) |"
+            f"| {fmt(r.get('throughput_tok_per_s', math.nan), 2)} ({fmt(r.get('batch'), 0)}) "
+            f"| {_speed_cell(r)} |"
         )
     if rows.empty:
-        lines.append(f"| no {router} runs | | | | | | | | |")
+        lines.append(f"| no {router} runs | | | | | | | | | |")
     return "\n".join(lines)
 
 

@@ -495,3 +495,24 @@ def test_training_cost_table(tmp_path):
     assert (
         "| gsm8k-train-small | run (small, train) | 10 gsm8k examples | — | 0.50 | — | 305 |" in out
     )
+
+
+def test_paper_tables(results):
+    """scripts/paper_tables.py: one row per reward run, sorted by threshold, with small's and
+    large's quality beside it and each run's throughput against large-only's (the Runs table's)."""
+    from reports.leaderboard import _speed_cell, quality_cell
+    from reports.load import add_speed
+    from tests import load_script
+
+    text = load_script("paper_tables").table(str(results), "reward")
+    lines = [x for x in text.splitlines() if x.startswith("| ") and "---" not in x]
+    rows = [[c.strip() for c in x.strip("|").split("|")] for x in lines[1:]]
+    df = add_speed(load_runs(results))
+    runs = {json.loads(r["router_args"])["threshold"]: r for _, r in df.iterrows()
+            if r["router"] == "reward"}  # fmt: skip
+    assert [float(r[0]) for r in rows] == [1.0, 2.0, 4.0] == sorted(runs)
+    small, large = (quality_cell(df[df["router"] == k].iloc[0]) for k in ("small", "large"))
+    for r in rows:
+        run = runs[float(r[0])]
+        assert (r[3], r[4], r[5]) == (small, quality_cell(run), large)
+        assert r[-1] == _speed_cell(run) and float(r[-1].split()[0]) > 0
