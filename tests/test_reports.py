@@ -516,3 +516,17 @@ def test_paper_tables(results):
         run = runs[float(r[0])]
         assert (r[3], r[4], r[5]) == (small, quality_cell(run), large)
         assert r[-1] == _speed_cell(run) and float(r[-1].split()[0]) > 0
+
+
+def test_step_times(tmp_path):
+    """scripts/step_times.py: steps after the prefill split by whether small drafted, with the
+    tokens each kind emitted (kept drafts + large's token) and their recorded seconds."""
+    from tests import load_script
+
+    steps = {"drafted": [4, 4, 0, 0], "kept": [0, 2, 0, 0], "large_tokens": [1, 1, 1, 1],
+             "seconds": [9.0, 2.0, 0.5, 0.25]}  # fmt: skip
+    rec = {"example_id": "t/1", "generation": {"steps": steps}, "scores": {}}
+    (tmp_path / "records.jsonl").write_text(json.dumps(rec) + "\n")
+    got = load_script("step_times").step_times(tmp_path)
+    assert got["speculative"] == {"steps": 1, "tokens": 3, "seconds": 2.0}
+    assert got["large alone"] == {"steps": 2, "tokens": 2, "seconds": 0.75}
