@@ -116,7 +116,14 @@ class Router:
         trained scorer names the scorer's (CITER's MLP, the reward model). Empty for a router
         that learned nothing. A run on a task not listed here is a transfer run, and its records
         say so."""
-        return tuple(sorted({i.split("/", 1)[0] for i in self.used_example_ids()}))
+        return tasks_of(self.used_example_ids())
+
+
+def tasks_of(example_ids) -> tuple[str, ...]:
+    """The tasks of example ids, sorted: each id's prefix before its first "/", lower-cased
+    (humaneval's ids keep the dataset's own "HumanEval/0"; the others start with the task's
+    name, "gsm8k/train/12")."""
+    return tuple(sorted({i.split("/", 1)[0].lower() for i in example_ids}))
 
 
 class TokenRouter(Router):

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from harness.errors import UserError
-from routers.base import Needs, StepView, TokenRouter
+from routers.base import Needs, StepView, TokenRouter, tasks_of
 
 
 class CiterMLP(nn.Module):
@@ -188,4 +188,4 @@ class Citer(TokenRouter):
     def trained_on(self) -> tuple[str, ...]:
         """The tasks of the MLP's training examples: a threshold calibrated on another task's
         calib answers (humaneval's rows run mbpp's MLP) leaves the run a transfer run."""
-        return tuple(sorted({i.split("/", 1)[0] for i in self._trained}))
+        return tasks_of(self._trained)

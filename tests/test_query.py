@@ -166,10 +166,13 @@ def test_trained_routers_say_what_they_learned_from_and_runs_mark_transfer(tmp_p
     import json
 
     from harness.cli import main
+    from routers.base import tasks_of
     from tests.tiny import save_tiny_pair
 
     router = get_router("query", {"path": save_query(tmp_path / "q.pt", bias=0.0)})
     assert router.trained_on() == ("c", "t") and get_router("random").trained_on() == ()
+    # humaneval's ids keep the dataset's "HumanEval/0": its task is still "humaneval"
+    assert tasks_of(["HumanEval/3", "gsm8k/train/1", "mbpp/11"]) == ("gsm8k", "humaneval", "mbpp")
     ckpt = torch.load(tmp_path / "q.pt", weights_only=True)
     ckpt["train_ids"], ckpt["calib_ids"] = ["gsm8k/train/1"], ["gsm8k/calib/1"]
     ckpt["hidden_size"] = 48
