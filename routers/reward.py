@@ -42,7 +42,7 @@ import torch
 from harness.backends.hf import HFBackend, cache_kwarg, returned_cache
 from harness.errors import UserError
 from harness.records import ModelInfo
-from routers.base import Needs, StepView, TokenRouter
+from routers.base import Needs, StepView, TokenRouter, tasks_of
 from routers.calibration import calibrated, calibrated_threshold, read_calibration  # noqa: F401
 
 FORMAT = "hybridbench-reward/1"  # checkpoint format tag
@@ -456,6 +456,7 @@ class RewardRouter(TokenRouter):
             ck = read_checkpoint(checkpoint)
             self._ids = frozenset(ck.get("used_example_ids", ()))
             sha = file_sha256(checkpoint)
+        self._trained = self._ids  # the head's training prompts; calibration adds to _ids only
         self.calibration = calibration
         threshold, cal = calibrated("reward", threshold, target_share, calibration)
         if cal:
@@ -499,3 +500,8 @@ class RewardRouter(TokenRouter):
 
     def used_example_ids(self) -> frozenset[str]:
         return self._ids
+
+    def trained_on(self) -> tuple[str, ...]:
+        """The tasks of the reward head's training prompts: a threshold calibrated on another
+        task's calib answers (humaneval's rows) leaves the run a transfer run."""
+        return tasks_of(self._trained)

@@ -549,6 +549,15 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     assert "reward" in rec["generation"]["forwards"]["model"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["bytes_reward"] > 0
+    trained = ("commonsense_qa", "gsm8k")  # the prompts reward-data drew above
+    assert summary["router_trained_on"] == ",".join(trained) and summary["transfer"] is False
+    # a threshold calibrated on another task's calib answers (humaneval's rows): those ids are
+    # used, never evaluated on, but the head learned from other tasks, so a run there is transfer
+    there = tmp_path / "there.json"
+    there.write_text(json.dumps({**c, "example_ids": ["HumanEval/0"]}))
+    args = {"checkpoint": str(ck), "target_share": 0.5}
+    moved = get_router("reward", {**args, "calibration": str(there)})
+    assert "HumanEval/0" in moved.used_example_ids() and moved.trained_on() == trained
 
     # evaluating on the calib examples the threshold was calibrated on is refused
     again = [*run[: run.index("--limit")], "--split", "calib", "--limit", "2"]
