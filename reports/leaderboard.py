@@ -103,8 +103,9 @@ DEVICE_DEFINITION = (
     "machine's CPU and large on its GPU (scripts/device_latency.py, random weights of each "
     "model's shape on the engine each table names: transformers in bf16, or llama.cpp with the "
     "GGUF file's quantized types); measured tok/s [95% bootstrap CI over examples] beside "
-    "the cost model for that machine (copy-probe bandwidths; datasheet: H100 3,350 GB/s), no "
-    "network. The replay decodes one example at a time, so its last column is per stream too: "
+    "the cost model for that machine (its copy-probe bandwidths) and for the project's h100 "
+    "profile (the H100 datasheet's 3,350 GB/s for large; on another card, such as an H200 "
+    "(4,800 GB/s on its datasheet), that column is still the h100 profile's), no network. The replay decodes one example at a time, so its last column is per stream too: "
     "the row's tokens over its examples' recorded seconds on the sweep machine, each example "
     "one stream of its batch there (the Throughput table's tok/s counts all streams of a batch)."
 )
@@ -444,7 +445,7 @@ def device_tables(paths: list[Path]) -> list[Table]:
                  f"copy probes CPU {bw['cpu_probe']:.1f} GB/s, GPU {bw['gpu_copy']:.0f} GB/s")  # fmt: skip
         header = ("row", "setting", "n", "tokens", "large token share",
                   "tok/s measured [95% CI]", "tok/s modeled (probes)",
-                  "tok/s modeled (datasheet)", "measured / modeled (datasheet)",
+                  "tok/s modeled (h100 profile)", "measured / modeled (h100 profile)",
                   "tok/s per stream on the sweep machine")  # fmt: skip
         tables.append(Table(title, header, tuple(rows)))
     return tables
