@@ -105,7 +105,8 @@ DEVICE_DEFINITION = (
     "GGUF file's quantized types); measured tok/s [95% bootstrap CI over examples] beside "
     "the cost model for that machine (its copy-probe bandwidths) and for the project's h100 "
     "profile (the H100 datasheet's 3,350 GB/s for large; on another card, such as an H200 "
-    "(4,800 GB/s on its datasheet), that column is still the h100 profile's), no network. The replay decodes one example at a time, so its last column is per stream too: "
+    "(4,800 GB/s on its datasheet), that column is still the h100 profile's), no network. "
+    "The replay decodes one example at a time, so its last column is per stream too: "
     "the row's tokens over its examples' recorded seconds on the sweep machine, each example "
     "one stream of its batch there (the Throughput table's tok/s counts all streams of a batch)."
 )
