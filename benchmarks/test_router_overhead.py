@@ -27,7 +27,8 @@ import pytest
 import torch
 
 from harness.backends.hf import HFBackend, cache_kwarg, returned_cache
-from harness.core import DecodeConfig, generate
+from harness.core.loop import DecodeConfig
+from harness.core.scheduler import generate
 from harness.errors import UserError
 from routers import ROUTERS, get_router
 from tests.tiny import info, tiny_backends, tiny_model, tiny_pair, tiny_tokenizer

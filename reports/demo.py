@@ -2,7 +2,7 @@
 
 No model runs: each run's records are drawn from a seeded toy model of a router (a large-token
 share, a quality that rises with it, step and forward-pass records shaped like the decoding
-core's). Built with `harness.records`, so the files have exactly the runner's format.
+core's). Built with `harness.core.records`, so the files have exactly the runner's format.
 
     python -m reports.demo /tmp/demo_results && python -m reports /tmp/demo_results
 """
@@ -15,8 +15,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.metrics import summarize
-from harness.records import ExampleRecord, ForwardRecord, Generation, ModelInfo, StepRecord
+from harness.core.records import ExampleRecord, ForwardRecord, Generation, ModelInfo, StepRecord
+from harness.metrics.quality import summarize
 
 MODELS = {
     # Qwen2.5-Coder-like sizes in bf16; KV = 2 (K,V) x layers x kv_heads x head_dim x 2 bytes.

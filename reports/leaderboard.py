@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import metrics
-from harness.costmodel import PROFILES, modeled_latency
 from harness.errors import UserError
-from harness.frontier import aiq, apgr, cpt, pgr
+from harness.metrics import quality as metrics
+from harness.metrics.costmodel import PROFILES, modeled_latency
+from harness.metrics.frontier import aiq, apgr, cpt, pgr
 from reports.load import (
     REFERENCES,
     RUN_ORDER,
@@ -83,7 +83,7 @@ DEFINITIONS = (
     "('over K of N examples'; '—' where that is all of them). "
     "Runs that predate recorded sessions: decode tok/s / large-only's. "
     "Modeled tok/s: the same tokens under the bandwidth cost model of a hardware profile "
-    "(harness/costmodel.py: seed-xeon-a100 = small on a Xeon, large on a remote A100; h100 = "
+    "(harness/metrics/costmodel.py: seed-xeon-a100 = small on a Xeon, large on a remote A100; h100 = "
     "both on one H100); modeled, not measured.",
     "Transfer: runs of routers trained on another task (their checkpoint's task) are listed "
     "apart and left out of the runs, routers and plots above them; each is paired with the "
@@ -147,7 +147,7 @@ def router_metrics(df: pd.DataFrame) -> pd.DataFrame:
     """Per non-reference router of one task: APGR on both share axes, CPT(50/80%) and AIQ.
 
     The references are the mean qualities of the task's `small` and `large` runs; every metric is
-    NaN when either is missing (see `harness.frontier` for the definitions).
+    NaN when either is missing (see `harness.metrics.frontier` for the definitions).
     """
     q_small, q_large = reference(df, "small", "quality"), reference(df, "large", "quality")
     rows = []
@@ -391,7 +391,7 @@ def large_table(df: pd.DataFrame, anchors: pd.DataFrame) -> Table:
     large-only' ratio: the task's large row and its speed anchors, pooled per machine."""
     import json
 
-    from harness.machines import large_pool
+    from harness.metrics.machines import large_pool
 
     runs = pd.concat([df[df["router"] == "large"], anchors], ignore_index=True).sort_values("run")
     by, calm = ({name: json.loads(x or "{}") for name, x in zip(runs["run"], runs.get(k, []),

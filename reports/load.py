@@ -2,7 +2,7 @@
 
 A run directory holds `manifest.json`, `records.jsonl` and (usually) `summary.json`; a results
 folder holds run directories one level down (or is itself one run directory). Nothing here
-imports a model: the summary is recomputed from records with `harness.metrics` when missing.
+imports a model: the summary is recomputed from records with `harness.metrics.quality` when missing.
 
     >>> df = load_runs("runs/sweep1")
     >>> df[["router", "setting", "quality", "large_token_share"]]
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.core.records import read_lines, records_path
 from harness.errors import UserError
-from harness.metrics import summarize
-from harness.records import read_lines, records_path
+from harness.metrics.quality import summarize
 
 # Router arguments that are a router's main knob, in the order they are looked for.
 KNOBS = ("threshold", "rate", "p", "draft_len", "k", "tau", "quantile")
@@ -180,22 +180,22 @@ def add_speed(df: pd.DataFrame, with_anchors: bool = False) -> pd.DataFrame:
     (`with_anchors`: followed by its speed anchors' rows, `anchor_runs`, marked in `anchor`):
 
     session_machines   JSON list: per session of the manifest, its machine's label ("A", "B",
-                       ... in order of first use over `df` and its anchors; harness.machines)
+                       ... in order of first use over `df` and its anchors; harness.metrics.machines)
     machines           examples per machine over the throughput's sessions: 'A 158, B 42'
     machine_rates      JSON: the same per machine, with tokens, wall seconds and how many
-                       sessions recorded other processes busy (`harness.machines.by_machine`)
+                       sessions recorded other processes busy (`harness.metrics.machines.by_machine`)
     machine_rates_quiet  JSON: the same over the sessions recorded quiet
     contended          whether any of those sessions recorded other processes busy
     vs_large           throughput / large-only's on the same machine(s), pooled over the task's
                        large runs and its anchors (their sessions recorded quiet where a
-                       machine has some: `harness.machines.vs_large`); for runs that
+                       machine has some: `harness.metrics.machines.vs_large`); for runs that
                        recorded no sessions (the first release's) their decode rate / the
                        task's large runs' mean decode rate, as those reports always did
-    vs_large_examples  the examples that ratio is over (`harness.machines.covered`: a machine
+    vs_large_examples  the examples that ratio is over (`harness.metrics.machines.covered`: a machine
                        no large-only run decoded on is left out of it), of
     speed_examples     all examples over the throughput's sessions
     """
-    from harness.machines import by_machine, covered, session_machines, vs_large
+    from harness.metrics.machines import by_machine, covered, session_machines, vs_large
 
     anchors = anchor_runs(df)
     both = pd.concat([df, anchors], ignore_index=True) if len(anchors) else df

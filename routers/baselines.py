@@ -5,29 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from routers.base import Decision, Needs, Router, StepView, TokenRouter
+from harness.core.router import Decision, LargeOnly, Needs, Router, SmallOnly, StepView, TokenRouter  # noqa: F401  (small and large live with the protocol: the core decodes query routes with them)
 from routers.calibration import calibrated, sweep_targets
-
-
-class SmallOnly(Router):
-    """Every token from small; large never runs."""
-
-    name = "small"
-
-    def needs(self) -> Needs:
-        return Needs(draft_len=1)
-
-    def decide(self, view: StepView) -> Decision:
-        return Decision(keep=len(view.draft), defer=False)
-
-
-class LargeOnly(Router):
-    """Every token from large; small never runs (draft_len 0)."""
-
-    name = "large"
-
-    def needs(self) -> Needs:
-        return Needs(draft_len=0)
 
 
 class RandomRouter(TokenRouter):

@@ -1,7 +1,7 @@
 """Calibration files: a token router's scores along small's own answers on the calib split, and
 the threshold that defers a target share of them (RouteLLM's calibration).
 
-`hybridbench calibrate --router R --task T` writes one (harness/calibrate.py); a router given
+`hybridbench calibrate --router R --task T` writes one (harness/training/calibrate.py); a router given
 `target_share=S calibration=FILE` defers where its score falls in the S tail of those scores:
 
     reward       defers a score below the threshold  -> threshold = the S-quantile

@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from harness.core.router import Needs, StepView, TokenRouter, tasks_of
 from harness.errors import UserError
-from routers.base import Needs, StepView, TokenRouter, tasks_of
+from harness.files import read_router_checkpoint
 
 
 class CiterMLP(nn.Module):
@@ -52,13 +53,7 @@ class CiterMLP(nn.Module):
 
 def load_checkpoint(path: str | Path, kind: str) -> dict:
     """A router checkpoint written by `harness.training.citer` / `.query` (no pickle)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"router checkpoint {path} not found")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    if ckpt.get("kind") != kind:
-        raise UserError(f"{path} is a {ckpt.get('kind')!r} checkpoint, not {kind!r}")
-    return ckpt
+    return read_router_checkpoint(path, kind)
 
 
 def backend_family(info) -> str:

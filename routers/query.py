@@ -22,7 +22,7 @@ import hashlib
 import torch
 from torch import nn
 
-from routers.base import Needs, QueryView, Router
+from harness.core.router import Needs, QueryView, Router
 from routers.calibration import checkpoint_threshold
 from routers.citer import check_hidden_backend, file_digest, load_checkpoint
 

@@ -132,7 +132,7 @@ def agreement(a: Path, b: Path, margins: bool, threads: int) -> str:
 
 @functools.cache
 def _engine(threads: int):
-    from harness.engine import Engine
+    from harness.backends.engine import Engine
     from tasks import get_task
 
     examples = {ex.id: ex for ex in get_task("gsm8k").split("test")}

@@ -29,7 +29,7 @@ PROMPTS = [
 
 
 def measure(source: str, role: str, threads: int, b: int) -> list[str]:
-    from harness import models
+    from harness.backends import models
     from harness.backends.llamacpp import LlamaCppBackend, gguf_info
 
     path, sha = models.gguf_file(source)
@@ -85,7 +85,7 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=4, help="sequences batched together (<= 8)")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     args = p.parse_args()
-    from harness import models
+    from harness.backends import models
 
     sources = [(m, "model") for m in args.model or []] or [
         (models.DEFAULT_SMALL, "small"),

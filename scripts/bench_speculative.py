@@ -45,8 +45,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from harness.core import DecodeConfig
-    from harness.engine import Engine
+    from harness.backends.engine import Engine
+    from harness.core.loop import DecodeConfig
     from routers.speculative import Speculative
     from tasks import get_task
 

@@ -35,8 +35,8 @@ def split_size(task: str, task_args: str, split: str, seed: int) -> int:
 
 def run_status(folder: Path) -> str:
     """'done 200/200' or 'done 40/200, 160 to go, ~1.9 h at 85 examples/h'."""
-    from harness.metrics import throughput
-    from harness.runner import load_records
+    from harness.evaluation.runner import load_records
+    from harness.metrics.quality import throughput
 
     m = json.loads((folder / "manifest.json").read_text())
     target = int(m.get("limit") or 10**9)

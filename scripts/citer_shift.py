@@ -65,7 +65,7 @@ def deferred_shares(ckpt_path, records, shares, threads=1, dtype="bfloat16", chu
     import torch
     from tqdm import tqdm
 
-    from harness.engine import Engine, load_backend
+    from harness.backends.engine import Engine, load_backend
     from harness.errors import UserError
     from harness.training.labels import small_hidden
     from routers.citer import Citer, load_checkpoint

@@ -4,9 +4,9 @@ The rows are runs made on this project's CPU machine (`runs/.../records.jsonl`);
 that `device` lends has no model weights and cannot fetch any, so each model is rebuilt there
 with random weights of its real shape (a pass costs the same whatever its weights) and every
 recorded generation is decoded again through the core's own loop with the recorded steps
-(`harness.replay.replay_timed`): the same passes of the same sizes, small on the CPU, large on
+(`harness.evaluation.replay.replay_timed`): the same passes of the same sizes, small on the CPU, large on
 the GPU, timed by the wall clock. Beside each row: its modeled latency under the cost model
-(`harness.costmodel`) for this machine (the CPU's bandwidth measured by the copy probe, the GPU's
+(`harness.metrics.costmodel`) for this machine (the CPU's bandwidth measured by the copy probe, the GPU's
 by a device copy; no network) and for the H100 datasheet.
 
 Two engines rebuild the models:
@@ -59,7 +59,7 @@ def save_configs(out: Path) -> None:
     """Write the default pair's configs (from the packaged models) into out/small, out/large."""
     from transformers import AutoConfig
 
-    from harness import models
+    from harness.backends import models
 
     for role, name in (("small", models.DEFAULT_SMALL), ("large", models.DEFAULT_LARGE)):
         where, _ = models.resolve_source(name, "bfloat16")
@@ -72,8 +72,8 @@ def shadow(config_dir: Path, role: str, device: str):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from harness.backends.hf import HFBackend
-    from harness.models import kv_bytes_per_token, weight_bytes
-    from harness.records import ModelInfo
+    from harness.backends.models import kv_bytes_per_token, weight_bytes
+    from harness.core.records import ModelInfo
 
     cfg = AutoConfig.from_pretrained(config_dir / role)
     torch.manual_seed(0)
@@ -116,7 +116,7 @@ def skeleton(path: Path, out: Path, role: str) -> None:
 
 def save_skeletons(out: Path) -> None:
     """The default pair's skeletons (`skeleton`) into out/small.*, out/large.*."""
-    from harness import models
+    from harness.backends import models
 
     for role, name in (("small", models.DEFAULT_SMALL), ("large", models.DEFAULT_LARGE)):
         skeleton(models.assemble_gguf(name), out, role)
@@ -210,7 +210,7 @@ def shadow_llamacpp(skeletons: Path, role: str, device: str, threads: int, where
     on the GPU if `device` is cuda, else on the CPU. Its sizes (`info`) are read from the file
     as the project's llama.cpp backend reads them."""
     from harness.backends.llamacpp import _gguf_sizes
-    from harness.records import ModelInfo
+    from harness.core.records import ModelInfo
 
     path = random_gguf(skeletons, role, where / f"{role}-random.gguf")
     gpu = device.startswith("cuda")
@@ -414,9 +414,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     threads = args.threads or os.cpu_count() or 1
     t_start = time.perf_counter()
-    from harness.costmodel import GB, HardwareProfile, measure_bandwidth, modeled_seconds
-    from harness.metrics import example_bytes, n_large_forwards
-    from harness.replay import replay_timed
+    from harness.evaluation.replay import replay_timed
+    from harness.metrics.costmodel import GB, HardwareProfile, measure_bandwidth, modeled_seconds
+    from harness.metrics.quality import example_bytes, n_large_forwards
 
     devices = {"small": args.small_device, "large": args.large_device}
     if args.engine == "llama.cpp":

@@ -19,7 +19,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.backends.hf import HFBackend  # noqa: E402
-from harness.core import DecodeConfig, generate  # noqa: E402
+from harness.core.loop import DecodeConfig  # noqa: E402
+from harness.core.scheduler import generate  # noqa: E402
 from routers import get_router  # noqa: E402
 from tests.tiny import greedy_reference, info, tiny_pair  # noqa: E402
 

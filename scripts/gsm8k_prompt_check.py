@@ -33,7 +33,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from harness import models
+    from harness.backends import models
     from tasks import gsm8k
 
     torch.set_num_threads(args.threads)

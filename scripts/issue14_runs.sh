@@ -20,7 +20,7 @@
 #              reused from this edition's small and large rows (`--reuse-answers`)
 #   anchor     large-only on the first 48 examples, on a machine that decoded less of large's
 #              row (TASK/anchors/MACHINE_ID): the report divides each row's throughput by
-#              large-only's on the machine(s) the row ran on (harness/machines.py)
+#              large-only's on the machine(s) the row ran on (harness/metrics/machines.py)
 # Thresholds come from calib (`hybridbench calibrate` over small's calib answers), never by hand.
 set -uo pipefail
 LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
@@ -53,12 +53,12 @@ fi
 
 anchor_folder() { # TASK_FOLDER: where this machine's speed anchor goes when it needs one
     # (large-only decoded here on fewer than ANCHOR examples of the task: speed ratios are taken
-    # within one machine, harness/machines.py); prints nothing when it needs none
+    # within one machine, harness/metrics/machines.py); prints nothing when it needs none
     python - "$1" "$ANCHOR" <<'PY'
 import json, sys
 from pathlib import Path
-from harness.batching import machine_id
-from harness.machines import by_machine, session_machines
+from harness.backends.batch_size import machine_id
+from harness.metrics.machines import by_machine, session_machines
 folder, n, here = Path(sys.argv[1]), int(sys.argv[2]), machine_id()
 large = folder / "large__default" / "manifest.json"
 ms = {"here": {"sessions": [{"machine": {"id": here}}]}}

@@ -37,7 +37,7 @@ FILTERS = {"flexible-extract": "exact_match_flexible", "strict-match": "exact_ma
 def _cli(*argv: str) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
-    cmd = [sys.executable, "-m", "harness.cli", *argv]
+    cmd = [sys.executable, "-m", "harness.cli.main", *argv]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=False, env=env, cwd=ROOT)
 
@@ -72,7 +72,7 @@ def main() -> int:
 
 
 def compare(run_dir: Path, lm_dir: Path, small: str | None = None) -> int:
-    from harness.metrics import bootstrap_ci
+    from harness.metrics.quality import bootstrap_ci
     from tasks import get_task
 
     records = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
@@ -81,7 +81,7 @@ def compare(run_dir: Path, lm_dir: Path, small: str | None = None) -> int:
     samples = [json.loads(x) for x in samples_file.read_text().splitlines()]
     task = get_task("gsm8k")
     examples = {ex.id: ex for ex in task.split("test")}
-    from harness.models import DEFAULT_SMALL, load_tokenizer
+    from harness.backends.models import DEFAULT_SMALL, load_tokenizer
 
     tok = load_tokenizer(small or DEFAULT_SMALL)
     ok, rows = True, {}

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def probe_once(engine, sizes, steps, widths, ctx) -> dict:
     """role -> {row width: {B: seconds per call}}, `widths` = role -> row widths to time."""
-    from harness import batching
+    from harness.backends import batch_size as batching
 
     out = {}
     for role in batching.batched_roles(engine):
@@ -43,8 +43,8 @@ def probe_once(engine, sizes, steps, widths, ctx) -> dict:
 
 
 def main() -> int:
-    from harness import batching
-    from harness.engine import Engine
+    from harness.backends import batch_size as batching
+    from harness.backends.engine import Engine
     from routers.speculative import Speculative
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

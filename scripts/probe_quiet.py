@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.batching import Contention, cpu_features, machine_id, probe
-    from harness.cli import build_parser
-    from harness.engine import engine_from_args
+    from harness.backends.batch_size import Contention, cpu_features, machine_id, probe
+    from harness.backends.engine import engine_from_args
+    from harness.cli.main import build_parser
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tries", type=int, default=3)

@@ -83,10 +83,11 @@ def main(argv=None) -> int:
         )
         return 0
 
-    from harness import batching
+    from harness.backends import batch_size as batching
+    from harness.backends.engine import Engine
     from harness.backends.llamacpp import LlamaCppBackend
-    from harness.core import DecodeConfig, Job
-    from harness.engine import Engine
+    from harness.core.loop import DecodeConfig
+    from harness.core.scheduler import Job
     from routers.baselines import SmallOnly
     from tasks import get_task
 

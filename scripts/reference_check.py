@@ -40,7 +40,7 @@ FLASH_ATTN = True
 
 def project_run(folder: Path) -> tuple[dict, dict[str, dict]]:
     """(manifest, example_id -> record) of a project run folder."""
-    from harness.runner import load_records
+    from harness.evaluation.runner import load_records
 
     if not (folder / "manifest.json").is_file():
         raise SystemExit(f"{folder}: no project run there (manifest.json missing)")
@@ -51,7 +51,7 @@ def project_run(folder: Path) -> tuple[dict, dict[str, dict]]:
 
 def gguf_path(manifest: dict, role: str) -> Path:
     """The GGUF file the project's run used for `role` (packaged name or a .gguf path)."""
-    from harness import models
+    from harness.backends import models
 
     source = manifest["model_sources"][role]
     if source == "default":

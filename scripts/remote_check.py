@@ -6,7 +6,7 @@ completion, token for token.
         --threads 2 --routers oracle speculative large
 
 The large model is the packaged Qwen2.5-Coder-1.5B-Instruct GGUF as assembled by
-`harness.models.assemble_gguf` (the quantized file itself: llama.cpp serves it as is), the small
+`harness.backends.models.assemble_gguf` (the quantized file itself: llama.cpp serves it as is), the small
 model the dense bfloat16 copy of the 0.5B. Prompts are the first GSM8K test-split examples with
 the project's chat prompt. The server listens on 127.0.0.1 only and is stopped at the end.
 Prints, per router and prompt: equal or not, tokens, large round trips, rows, bytes, seconds.
@@ -50,9 +50,9 @@ def start_server(binary: str, gguf: str, threads: int, log: Path, args=("--poll"
 def main() -> int:
     import torch
 
-    from harness import models
-    from harness.backends.remote import remote_engine
-    from harness.core import DecodeConfig
+    from harness.backends import models
+    from harness.backends.engine import remote_engine
+    from harness.core.loop import DecodeConfig
     from routers import get_router
     from tasks import get_task
 

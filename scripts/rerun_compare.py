@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # `hybridbench` as this Python runs it, from any folder, installed or not
-HYBRIDBENCH = [sys.executable, "-m", "harness.cli"]
+HYBRIDBENCH = [sys.executable, "-m", "harness.cli.main"]
 ENV = {
     **os.environ,
     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),

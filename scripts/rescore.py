@@ -6,7 +6,7 @@ A scorer fix changes scores, never completions, so a run need not be decoded aga
 record's `scores` is recomputed from its `completion` by the task the manifest names (with its
 task arguments); records that failed (an `error`) are left as they are. When any score changed,
 the old records are kept beside the new ones as records.jsonl.before-rescore-<UTC time>;
-summary.json is written again either way (`harness.runner.write_summary`). Run it while nothing
+summary.json is written again either way (`harness.evaluation.runner.write_summary`). Run it while nothing
 decodes into the folder (hold the heavy lock). Prints, per run, the records whose scores changed
 and the primary metric before and after.
 """
@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))  # run from anywhere without installing the packag
 
 def rescore(run: Path) -> dict:
     """Rescore one run folder in place; returns {"n", "changed", "metric", "before", "after"}."""
-    from harness import metrics
-    from harness.runner import all_lines, load_records, write_records, write_summary
+    from harness.evaluation.runner import all_lines, load_records, write_records, write_summary
+    from harness.metrics import quality as metrics
     from tasks import get_task
 
     manifest_path, records_path = run / "manifest.json", run / "records.jsonl"

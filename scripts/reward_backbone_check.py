@@ -1,5 +1,5 @@
 """The reward model's scores on its two backbones: transformers (bf16, the weights it was trained
-on) and llama.cpp (the truncated GGUF, `routers.reward.LlamaCppRewardBackend`), on the same tokens.
+on) and llama.cpp (the truncated GGUF, `harness.backends.reward_model.LlamaCppRewardBackend`), on the same tokens.
 
     python scripts/reward_backbone_check.py --checkpoint docs/data/first-release-routers/reward.pt \\
         --records runs/validity/gsm8k-small/records.jsonl --limit 20 --threads 2
@@ -31,9 +31,10 @@ def main() -> int:
 
     import torch
 
-    from harness.calibrate import backend_scores
-    from harness.engine import Engine
-    from routers.reward import calibrated_threshold, load_reward_backend, reward_backend_for
+    from harness.backends.engine import Engine
+    from harness.backends.reward_model import load_reward_backend, reward_backend_for
+    from harness.training.calibrate import backend_scores
+    from routers.reward import calibrated_threshold
     from tasks import get_task
 
     torch.set_num_threads(args.threads)

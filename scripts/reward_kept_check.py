@@ -1,5 +1,5 @@
 """Do a reward run's scores at run time agree with the calibration's? Scores the final text of a
-reward row's answers again offline, in one pass (`harness.calibrate.backend_scores`, the path
+reward row's answers again offline, in one pass (`harness.training.calibrate.backend_scores`, the path
 `hybridbench calibrate` takes), and counts the tokens the router kept (small's, provenance 0)
 that score below the run's threshold: each was scored >= threshold while decoding, so any count
 above 0 means the two paths differ (issue 13 step 4, docs/issue13-results.md, session 23).
@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:
-    from harness import cli
-    from harness.calibrate import backend_scores
-    from harness.engine import engine_from_args
-    from routers.reward import reward_backend_for
+    from harness.backends.engine import engine_from_args
+    from harness.backends.reward_model import reward_backend_for
+    from harness.cli import main as cli
+    from harness.training.calibrate import backend_scores
     from tasks import get_task
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -37,7 +37,7 @@ def main() -> None:
     thr, ck = m["router_args"]["threshold"], m["router_args"]["checkpoint"]
     argv = ["calibrate", "--router", "reward", "--checkpoint", ck, "--task", m["task"],
             "--out", "/dev/null", "--backend", "llama.cpp", "--threads", str(args.threads)]  # fmt: skip
-    engine = engine_from_args(cli.build_parser(argv).parse_args(argv))
+    engine = engine_from_args(cli.build_parser(argv).parse_args(argv))  # noqa
     scorer = reward_backend_for(ck, engine)
     examples = {e.id: e for e in get_task(m["task"]).split(m["split"], seed=m.get("split_seed", 0))}
     kept = below = 0

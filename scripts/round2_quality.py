@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from harness.core import cut_at_stop
+from harness.core.loop import cut_at_stop
 
 
 def main() -> None:
@@ -31,9 +31,9 @@ def main() -> None:
                    help="small's run over the same train examples (records.jsonl)")  # fmt: skip
     args = p.parse_args()
 
-    from harness.metrics import paired_difference, quality
-    from harness.models import gguf_file, gguf_tokenizer
-    from harness.runner import load_records
+    from harness.backends.models import gguf_file, gguf_tokenizer
+    from harness.evaluation.runner import load_records
+    from harness.metrics.quality import paired_difference, quality
     from harness.training.citer import FitConfig, _labelled_rows, _validation_rows
     from harness.training.labels import TokenLabels
     from tasks import get_task

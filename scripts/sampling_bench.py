@@ -1,5 +1,5 @@
 """Nucleus sampling side by side: the whole vocabulary sorted (the definition, as
-tests/test_sampling.py writes it) against `harness.sampling.sample` (the 1,024 most likely
+tests/test_sampling.py writes it) against `harness.core.sampling.sample` (the 1,024 most likely
 tokens sorted when they hold the nucleus), for one batched step's 16 rows of the default pair's
 151,936-token vocabulary, alternating the two so that both see the same host load.
 
@@ -26,7 +26,7 @@ def main() -> None:
 
     import torch
 
-    from harness.sampling import sample
+    from harness.core.sampling import sample
     from tests.test_sampling import full_sort, logits_of
 
     rows = [logits_of(s, i) for i, s in enumerate([8.0, 4.0, 3.0, 2.0] * 4)]  # 16 rows

@@ -110,9 +110,9 @@ def main(argv=None) -> int:
         print(table(rows))
         return 0
 
-    from harness.core import DecodeConfig
-    from harness.engine import Engine
-    from harness.models import DEFAULT_LARGE, DEFAULT_SMALL, assemble_gguf
+    from harness.backends.engine import Engine
+    from harness.backends.models import DEFAULT_LARGE, DEFAULT_SMALL, assemble_gguf
+    from harness.core.loop import DecodeConfig
     from routers import get_router
     from tasks import get_task
 

@@ -31,7 +31,7 @@ rm -rf "$TREE/results" && ln -s "$ROOT/results" "$TREE/results" && ln -s "$ROOT/
 cd "$TREE"
 # PYTHONPATH: the snapshot's Python code too, not this checkout's (the editable install in .venv
 # points here), so that edits here leave the chain alone and each run's manifest records the
-# snapshot's commit (harness.runner.git_commit reads the code's own checkout)
+# snapshot's commit (harness.evaluation.runner.git_commit reads the code's own checkout)
 nohup bash -c '. .venv/bin/activate && export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" &&
     exec bash scripts/heavy_chain.sh' >> "$LOG" 2>&1 &
 echo "chain started at $(git rev-parse --short HEAD) in $TREE (pid $!); log: $LOG"

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def step_times(folder: str | Path) -> dict[str, dict[str, float]]:
     """{"speculative" | "large alone": {"steps", "tokens", "seconds"}} over a run's records."""
-    from harness.runner import load_records
+    from harness.evaluation.runner import load_records
 
     out = {k: {"steps": 0, "tokens": 0, "seconds": 0.0} for k in ("speculative", "large alone")}
     for rec in load_records(Path(folder) / "records.jsonl").values():

@@ -7,7 +7,7 @@ completions cut at the token budget, the share with no extractable answer, mean 
 Reads only `manifest.json` and `records.jsonl` (no model, no scoring), so it also works on a run
 that is still going. Columns:
 
-- quality [95% CI]: the task's primary metric, `harness.metrics.quality` / `quality_ci`
+- quality [95% CI]: the task's primary metric, `harness.metrics.quality.quality` / `quality_ci`
   (percentile bootstrap, 1000 resamples, seed 0); then the task's other metrics' means
   (lm-eval's strict / flexible rules where a task keeps them);
 - cut: share of completions whose generation stopped at `max_new_tokens` (stop_reason
@@ -57,8 +57,8 @@ def model_of(manifest: dict) -> str:
 
 def validity(folder: Path) -> dict:
     """One row of the table for the run in `folder`."""
-    from harness.metrics import n_emitted, ok_records, quality, quality_ci
-    from harness.runner import load_records
+    from harness.evaluation.runner import load_records
+    from harness.metrics.quality import n_emitted, ok_records, quality, quality_ci
 
     manifest = json.loads((folder / "manifest.json").read_text())
     records = ok_records(list(load_records(folder / "records.jsonl").values()))

@@ -5,10 +5,7 @@ id, first occurrence kept) and validation 299. `test` is ARC's own test split; v
 becomes train/calib (see `tasks.base`). Most questions have 4 options, 4 have 3 and 3 have 5;
 options are lettered A, B, ... by position (ARC's own labels are sometimes "1".."4").
 
-Measured (2026-11-23, llama.cpp, greedy, first 50 test questions, budget 1024;
-docs/issue11-results.md): small (0.5B) acc 0.320 [0.200, 0.460], large (1.5B) 0.540 [0.400,
-0.680]; nothing cut at the budget, every reply states an answer. lm-eval's flexible rule alone
-gives 0.280 / 0.340: 42 of large's 50 replies end with a boxed letter, which it does not read.
+Budget 1024 tokens; measured accuracy, cut and no-answer shares of the default pair: docs/validity.md.
 """
 
 from __future__ import annotations
@@ -45,7 +42,7 @@ def _validation_rows() -> list[dict]:
 class ARCChallenge(Task):
     name = "arc_challenge"
     metric = "acc"
-    max_new_tokens = 1024  # measured: docs/issue11-results.md
+    max_new_tokens = 1024  # measured: docs/validity.md
     held_out = "test"
 
     def read(self) -> list[Example]:

@@ -14,7 +14,7 @@ filters (kept as `acc_flexible` and `acc_strict`); the primary reads only a stat
   as an option quoted earlier), and a reply cut at the budget by a repetition loop states
   nothing, yet lm-eval's rule credits the last "(X)" it mentioned while going through the
   options (3 of the 4 loops among the 0.5B's first 76 mmlu replies scored 1 that way). On those
-  76 the stated answer equals lm-eval's reading in all 72 replies that state one (2026-11-23).
+  76 the stated answer equals lm-eval's reading in all 72 replies that state one.
 - `acc_flexible`: lm-eval's "flexible-extract" alone, kept so numbers compare with lm-eval's.
 - `acc_strict`, its "strict-match": the text right after "The answer is " / "answer is " /
   "The answer: " / "The final answer: " must be the letter.
@@ -24,9 +24,7 @@ filters (kept as `acc_flexible` and `acc_strict`); the primary reads only a stat
 lm-eval's ARC and CommonsenseQA configs are log-likelihood only, so the same rule serves them;
 it is generic in the number of choices (3 to 5 here). The prompt (question, lettered options,
 "Think step by step, then finish with the sentence "The answer is (X)."") is this project's,
-worded so that both of lm-eval's filters can read the answer. Budget: the tasks' 1024 tokens
-(was 256, set without a measurement); measured cut and no-answer shares per model:
-docs/issue11-results.md.
+worded so that both of lm-eval's filters can read the answer. Budget: the tasks' 1024 tokens; measured cut and no-answer shares per model: docs/validity.md.
 """
 
 from __future__ import annotations

@@ -10,10 +10,7 @@ Scores are `rouge_score.RougeScorer(["rouge1", "rouge2", "rougeLsum"], use_stemm
 F-measures in [0, 1] (multiply by 100 for the usual tables). rougeLsum compares sentence by
 sentence, so both texts are put one sentence per line first (newlines, then ". ", "! ", "? ").
 
-Budget 256 tokens, measured (2026-11-23, llama.cpp, greedy, all 8 default paragraphs,
-`--split all`; docs/issue11-results.md): nothing cut, longest summary 106 tokens (small) / 101
-(large), every reply non-empty; rougeLsum small 0.455 [0.432, 0.476], large 0.467 [0.419, 0.511]
-(n = 8: a check that the prompt lets both finish, not a benchmark).
+Budget 256 tokens (two or three sentences); measured summary lengths of the default pair: docs/validity.md.
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ def one_sentence_per_line(text: str) -> str:
 class CnnDm(Task):
     name = "cnn_dm"
     metric = "rougeLsum"
-    max_new_tokens = 256  # two or three sentences; measured: docs/issue11-results.md
+    max_new_tokens = 256  # two or three sentences; measured: docs/validity.md
 
     def __init__(self, path: str | None = None):
         self.path = Path(path) if path else DEFAULT  # JSONL with article, highlights[, id]

@@ -21,15 +21,9 @@ Scores (all compared after dropping ",", "$" and a trailing "."):
 - `extracted`: 1.0 if the completion states a final answer (a \\boxed{} or a "#### N"), 0.0 if
   the primary score had to fall back on the last number (usually a completion cut at the budget).
 
-Budget: `max_new_tokens` = 2048, the ceiling issue 11 allows, measured on the test split with
-greedy decoding on the llama.cpp backend (docs/issue11-results.md has the full table). Every
-completion that ended by itself was far shorter (pilot, first 20: at most 453 tokens for the
-0.5B, 417 for the 1.5B). What reaches the budget is a loop that never ends ("0.60^16 =
-0.0000..." for 2048 tokens, or the same step renumbered forever), and every cut completion is
-also one with no stated answer (`extracted` = 0). Measured on the first test examples
-(`python scripts/task_validity.py runs/validity`, 2026-11-23, the first 200): the 0.5B cut at
-the budget and without an answer in 3.0% (6 of 200, mean 339 tokens), the 1.5B in 1.0% (2 of
-200, mean 322): the 0.5B's loops keep it above the issue's 2% at any budget.
+Budget: `max_new_tokens` = 2048. Every completion that ends by itself is far shorter; what
+reaches the budget is a repetition loop, which also states no answer (`extracted` = 0). How
+often each model is cut, and the command that measures it: docs/validity.md.
 """
 
 from __future__ import annotations

@@ -9,12 +9,8 @@ call returned and the program exited 0: ending the run early never passes (`task
 
 Prompt: written for this project in the style of EvalPlus's chat prompt (an instruction, then the
 stub in a ```python block). `extracted` as in mbpp (`tasks.code.has_code`).
-Budget: `max_new_tokens` = 1024 (was 512, set without a measurement). Measured on all 85
-problems of the test split (`python scripts/task_validity.py runs/validity`, 2026-11-23, greedy,
-llama.cpp, B = 16): none cut at the budget and none without a code block, for either model
-(longest 526 tokens for the 0.5B, 348 for the 1.5B; means 235 / 180); pass@1 0.588 / 0.729
-(published, EvalPlus's HumanEval base tests on all 164: 0.616 / 0.707). docs/issue11-results.md
-has the table.
+Budget: `max_new_tokens` = 1024. How often each model is cut, and the command that measures
+it: docs/validity.md.
 """
 
 from __future__ import annotations

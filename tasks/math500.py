@@ -18,11 +18,8 @@ rule alone (only the "Final Answer: ..." sentence, which this prompt does not as
 beside the primary so numbers compare with lm-eval's. `extracted`: 1.0 if one of the primary's
 three forms was found.
 
-Budget: `max_new_tokens` = 2048 (the ceiling the issue allows; competition solutions run far
-longer than GSM8K's). Measured (2026-11-23, llama.cpp, greedy, first 50 test problems;
-docs/issue11-results.md): small (0.5B) exact_match 0.120 [0.040, 0.220], cut at the budget and
-no answer 16% (8 repetition loops); large (1.5B) 0.440 [0.300, 0.580], cut and no answer 4%
-(2 loops). Loops end at no budget; small's share stays far above the issue's 2% goal, reported.
+Budget: `max_new_tokens` = 2048 (competition solutions run far longer than GSM8K's); measured
+accuracy, cut and no-answer shares of the default pair: docs/validity.md.
 """
 
 from __future__ import annotations

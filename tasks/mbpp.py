@@ -12,11 +12,8 @@ expert Python programmer, and here is your task: ... Your code should pass this 
 first assert only (as EvalPlus shows it) and, for a chat model, a request for a ```python block.
 `extracted` = 1.0 when the reply holds a closed code block (or, without a fence, parses as
 Python): a block cut off by the budget is no answer (`tasks.code.has_code`).
-Budget: `max_new_tokens` = 1024 (was 512, set without a measurement): room for a function plus
-the explanation and usage example chat models add. Measured on the first 200 test examples
-(`python scripts/task_validity.py runs/validity`, 2026-11-23, greedy, llama.cpp): none cut at
-the budget and none without a code block, for either model (longest 333 tokens for the 0.5B,
-394 for the 1.5B; means 99 / 79); docs/issue11-results.md has the table.
+Budget: `max_new_tokens` = 1024: room for a function plus the explanation and usage example chat
+models add. How often each model is cut, and the command that measures it: docs/validity.md.
 """
 
 from __future__ import annotations

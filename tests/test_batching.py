@@ -1,4 +1,4 @@
-"""Batched decoding (`harness.core.generate_many`) equals one-at-a-time decoding (`generate`),
+"""Batched decoding (`harness.core.scheduler.generate_many`) equals one-at-a-time decoding (`generate`),
 token for token, on both CPU backends and for every kind of router: generations that finish at
 different steps (budgets, EOS) and defer at different steps share batched model calls.
 
@@ -16,13 +16,14 @@ import math
 import pytest
 import torch
 
-from harness.core import DecodeConfig, Job, generate, generate_many
+from harness.backends.reward_model import RewardBackend, model_info
+from harness.core.loop import DecodeConfig
+from harness.core.router import Router
+from harness.core.scheduler import Job, generate, generate_many
 from harness.errors import UserError
 from routers import get_router
-from routers.base import Router
 from routers.citer import CiterMLP
 from routers.query import QueryClassifier
-from routers.reward import RewardBackend, model_info
 from tests.test_reward import tiny_reward
 from tests.tiny import BACKENDS, CPU_LIKE, GPU_LIKE, llamacpp_backend, tiny_backends, tiny_gguf_pair
 
@@ -179,7 +180,7 @@ class FailsOnShortPrompts(Router):
         raise ValueError("boom")
 
     def needs(self):
-        from routers.base import Needs
+        from harness.core.router import Needs
 
         return Needs(draft_len=1)
 
@@ -189,7 +190,7 @@ def test_a_failing_generation_does_not_stop_the_others(batched, single):
         def decide(self, view):
             if view.n_generated == 3 and len(view.draft) == 1 and int(view.draft[0]) % 2:
                 raise ValueError("boom")
-            from routers.base import Decision
+            from harness.core.router import Decision
 
             return Decision(keep=1, defer=False)
 
@@ -227,8 +228,8 @@ def test_forward_batch_rows_equal_one_sequence_calls():
 
 
 def test_batch_probe_picks_a_measured_size(tmp_path, monkeypatch):
-    from harness import batching
-    from harness.engine import Engine
+    from harness.backends import batch_size as batching
+    from harness.backends.engine import Engine
     from tests.tiny import tiny_tokenizer
 
     monkeypatch.setenv("HYBRIDBENCH_CACHE", str(tmp_path))
@@ -259,8 +260,8 @@ def test_batch_probe_measures_the_routers_step_shape(tmp_path, monkeypatch):
     """Speculative decoding's step is k one-token small calls and one (k + 1)-token large call a
     row: `--batch auto` times that shape (cached apart from the one-token probe) and weighs each
     model's calls by their number."""
-    from harness import batching
-    from harness.engine import Engine
+    from harness.backends import batch_size as batching
+    from harness.backends.engine import Engine
     from routers.speculative import Speculative
     from tests.tiny import tiny_tokenizer
 
@@ -295,7 +296,7 @@ def test_run_batched_records_equal_unbatched_and_report_throughput(tmp_path):
     and the CPU other processes used meanwhile."""
     import json
 
-    from harness.cli import main
+    from harness.cli.main import main
 
     small, large = tiny_gguf_pair()
     base = ["run", "--task", "gsm8k", "--router", "random", "--router-arg", "p=0.3"]
@@ -328,8 +329,8 @@ def test_training_commands_batch_to_the_same_data(tmp_path):
     train-query's decoding loops give the same tokens and labels at B = 3 as at B = 1."""
     import json
 
-    from harness.cli import main
-    from harness.engine import Engine
+    from harness.backends.engine import Engine
+    from harness.cli.main import main
     from harness.training.citer import _decode
     from harness.training.query import _labels_by_decoding
     from tasks import get_task
@@ -368,7 +369,7 @@ def test_contention_is_measured_and_a_busy_machine_is_not_cached(tmp_path, monke
     import sys
     import time
 
-    from harness import batching
+    from harness.backends import batch_size as batching
 
     if batching._cpu_seconds_all() is None:
         pytest.skip("no /proc/stat here")

@@ -8,12 +8,13 @@ import json
 
 import pytest
 
-from harness.cli import main
-from harness.core import DecodeConfig, generate
-from harness.engine import Engine
+from harness.backends.engine import Engine
+from harness.cli.main import main
+from harness.core.loop import DecodeConfig
+from harness.core.router import Decision, Needs, Router
+from harness.core.scheduler import generate
 from harness.errors import UserError
 from routers import get_router, router_class
-from routers.base import Decision, Needs, Router
 from routers.baselines import entropy, top_probability
 from routers.calibration import threshold_for
 from tasks import get_task
@@ -100,7 +101,7 @@ def test_calibrate_reads_small_answers_from_records(pair, tmp_path):
 
 
 def test_sweep_uses_target_shares_when_given_a_calibration():
-    from harness import sweep
+    from harness.evaluation import sweep
 
     grid = [{"threshold": t} for t in router_class("confidence").SWEEP_THRESHOLDS]
     assert sweep.router_settings("confidence", [0.1, 0.2]) == grid

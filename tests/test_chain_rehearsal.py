@@ -97,7 +97,7 @@ def test_issue13_then_issue14_on_the_tiny_pair(tmp_path):
         assert summary["router"] == "large" and summary["n"] == 5, summary
     # the report of every task, and the rerun of four mbpp rows compared with the originals
     for task in ("gsm8k", "mbpp", "humaneval"):
-        done = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(edition / task)],
+        done = subprocess.run([sys.executable, "-m", "harness.cli.main", "report", str(edition / task)],
                               env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         (anchor,) = (edition / task / "anchors").iterdir()

@@ -1,7 +1,7 @@
 """The real-model chains (scripts/issue13_runs.sh, scripts/issue14_runs.sh) run for many hours
 across sessions; a flag renamed in the CLI would stop them at the step that uses it. Here each
 script runs with `hybridbench` replaced by a stand-in that only writes down its arguments; each
-command line is then parsed here with the real parser (harness.cli.build_parser): every one must
+command line is then parsed here with the real parser (harness.cli.main.build_parser): every one must
 parse, and the trained routers' rows appear once their checkpoints exist.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import build_parser
+from harness.cli.main import build_parser
 from tests import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,7 +171,7 @@ def test_issue14_reruns_rows_its_mbpp_sweep_makes(tmp_path):
     """The rows run again for `hybridbench compare` are folders the mbpp sweeps write."""
     import re
 
-    from harness import sweep
+    from harness.evaluation import sweep
 
     parsed = run_chain("issue14_runs.sh", tmp_path, trained=False)
     names = set()

@@ -8,13 +8,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.core import DecodeConfig, generate
-from harness.engine import Engine
+from harness.backends.engine import Engine
+from harness.core.loop import DecodeConfig
+from harness.core.router import Decision, Needs, Router
+from harness.core.scheduler import generate
 from harness.training import labels
 from harness.training.citer import FitConfig, train_mlp
 from harness.training.labels import LabelConfig, TokenLabels, build_labels, relabel_rollouts
 from routers import get_router
-from routers.base import Decision, Needs, Router
 from routers.baselines import SmallOnly
 from routers.citer import CiterMLP
 from tasks.base import Example, Task, user_message
@@ -193,7 +194,7 @@ def test_batched_rollouts_equal_one_at_a_time(kind, tmp_path):
     """build_labels and relabel_rollouts decode rollouts `batch` at a time; every rollout label
     equals the definition: the task's verdict on one unbatched greedy continuation (`generate`),
     whatever the batch size, group size or an interruption between groups."""
-    from harness.core import DecodeConfig
+    from harness.core.loop import DecodeConfig
 
     task = ParityTask()
     cfg = LabelConfig(mode="reference", max_rollouts=3, rollout_tokens=6, top_k=2)
@@ -262,7 +263,7 @@ def test_citer_share_recalibrates_tau(tmp_path):
 
 
 def test_cost_log_records_failures_too(tmp_path):
-    from harness import engine
+    from harness.backends import engine
     from harness.training.common import cost_log, nothing_to_do, total_cost
 
     with pytest.raises(RuntimeError), cost_log(tmp_path, ["train-x"]):
@@ -341,7 +342,7 @@ def test_missing_checkpoint_is_a_user_error(tmp_path):
 def test_train_citer_cli_end_to_end(tmp_path):
     """train-citer (label_free: random tiny models never match a reference) on the tiny pair and
     gsm8k, 2 rounds; then the runner refuses the train split and evaluates on test."""
-    from harness.cli import main
+    from harness.cli.main import main
     from tests.tiny import save_tiny_pair
 
     small, large = save_tiny_pair(tmp_path / "m")
@@ -377,7 +378,7 @@ def test_train_citer_cli_end_to_end(tmp_path):
 def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monkeypatch, capsys):
     """--trajectories TRAIN_RUN,CALIB_RUN (small-only runs' records): nothing is decoded again,
     and tau is calibrated on the calib run's tokens."""
-    from harness.cli import main
+    from harness.cli.main import main
     from harness.training import citer as tc
     from tests.tiny import save_tiny_pair
 
@@ -417,8 +418,8 @@ def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monke
         assert deferred == pytest.approx(float((calib < tau).float().mean()), abs=1e-9)
     # `calibrate --router citer` along the same answers gives the same scores (label-free CITER
     # calibrates along small's own answers), and target_share=S with that file sets tau
-    from harness import sweep
     from harness.errors import UserError
+    from harness.evaluation import sweep
     from routers.calibration import threshold_for
 
     cal_path = tmp_path / "citer-cal.json"

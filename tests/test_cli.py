@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from tests.tiny import save_tiny_pair, tiny_gguf_pair, tiny_tokenizer
 
 ENV = {
@@ -34,7 +34,7 @@ def models(pair):
 
 def cli(*argv, timeout=120):
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *argv],
+        [sys.executable, "-m", "harness.cli.main", *argv],
         capture_output=True,
         text=True,
         env=ENV,
@@ -182,7 +182,7 @@ def start_and_signal(pair, out: Path, sig: int, after: int = 2) -> tuple[int, st
     """A `run` of 8 examples in a subprocess, sent `sig` once `after` records are written: its
     exit status and standard error."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", *run_args(pair, out, limit=8)],
+        [sys.executable, "-m", "harness.cli.main", *run_args(pair, out, limit=8)],
         env=ENV,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -233,7 +233,7 @@ def test_sigterm_closes_the_session_as_ctrl_c_does(pair, tmp_path):
 
 
 def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
-    from harness import engine as engines
+    from harness.backends import engine as engines
 
     loads = []
     real = engines.engine_from_args
@@ -262,7 +262,7 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
     assert oracle["sessions"][0]["reused"]["examples"] == 2 and "modeled)" in rows[2]
     costs = oracle["sessions"][0]["pass_costs"]  # what its modeled clock charged, and how quiet
     assert set(costs["seconds"]) == {"small", "large"} and "others_cores" in costs
-    from harness.batching import machine_id
+    from harness.backends.batch_size import machine_id
 
     ids = {json.loads((tmp_path / "demo" / "gsm8k" / r / "manifest.json").read_text())
            ["sessions"][0]["machine"]["id"] for r in ("small", "large", "oracle")}  # fmt: skip

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.compare import compare, load_run
+from harness.cli.main import main
+from harness.metrics.compare import compare, load_run
 
 MANIFEST = {"task": "t", "split": "test", "metric": "acc", "router": "r", "router_args": {}}
 
@@ -128,9 +128,9 @@ class _MatchLarge:
 
 def test_degraded_router_is_flagged_on_tiny_runs(tmp_path, capsys):
     """Real runner output on tiny models: oracle (= large's greedy output) vs random p=0.5."""
-    from harness.core import DecodeConfig
-    from harness.engine import Engine
-    from harness.runner import decode_examples, write_summary
+    from harness.backends.engine import Engine
+    from harness.core.loop import DecodeConfig
+    from harness.evaluation.runner import decode_examples, write_summary
     from routers import get_router
     from tasks.base import Example, user_message
     from tests.tiny import tiny_backends, tiny_tokenizer

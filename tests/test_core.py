@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from harness.backends.hf import HFBackend
-from harness.core import DecodeConfig, _Run, catch_up, drive, generate, rollback
+from harness.core.loop import DecodeConfig, GenerationState, catch_up, rollback
+from harness.core.router import Decision, Router, StepView
+from harness.core.scheduler import generate, run_calls
 from routers import get_router
-from routers.base import Decision, Router, StepView
 from tests.tiny import BACKENDS, greedy_reference, scratch_logits, tiny_backends
 
 PROMPT = [1, 33, 31, 17, 30, 99, 20, 21, 97, 32, 20, 17, 2, 99, 1, 13]
@@ -83,16 +84,16 @@ def test_catch_up_matches_from_scratch_forward(pair):
     large = pair["large"]
     atol = 1e-4 if isinstance(large, HFBackend) else 1e-3
     large.reset()
-    r = _Run(pair, list(PROMPT), len(PROMPT), clock=lambda: 0.0)
-    drive(catch_up(r, "large", PROMPT[:5], 1))
+    r = GenerationState(pair, list(PROMPT), len(PROMPT), clock=lambda: 0.0)
+    run_calls(catch_up(r, "large", PROMPT[:5], 1))
     seq = PROMPT + [40, 41, 42, 43]
-    got, _ = drive(catch_up(r, "large", seq, 1))
+    got, _ = run_calls(catch_up(r, "large", seq, 1))
     assert r.forwards[-1].tokens_in == len(seq) - 5  # one batched pass over every unseen token
     torch.testing.assert_close(got[0], scratch_logits(large, seq), atol=atol, rtol=0)
     # roll back past the caught-up tokens and take another branch: still exact
     rollback(r, len(PROMPT) + 1)
     seq2 = PROMPT + [40, 50, 51]
-    got2, _ = drive(catch_up(r, "large", seq2, 1))
+    got2, _ = run_calls(catch_up(r, "large", seq2, 1))
     torch.testing.assert_close(got2[0], scratch_logits(large, seq2), atol=atol, rtol=0)
 
 
@@ -138,7 +139,7 @@ def test_stop_string_cuts_text(pair):
 def test_max_tokens_respected_with_multi_token_drafts(pair):
     class Keep3(Router):
         def needs(self):
-            from routers.base import Needs
+            from harness.core.router import Needs
 
             return Needs(draft_len=3)
 

@@ -1,13 +1,13 @@
-"""Golden tests of harness.costmodel: modeled latency and dollar cost of hand-built records."""
+"""Golden tests of harness.metrics.costmodel: modeled latency and dollar cost of hand-built records."""
 
 import itertools
 import math
 
 import pytest
 
-from harness import costmodel
-from harness.costmodel import HardwareProfile, PriceProfile
 from harness.errors import UserError
+from harness.metrics import costmodel
+from harness.metrics.costmodel import HardwareProfile, PriceProfile
 from tests.test_metrics import FAILED, MANIFEST, MODELS, A, B
 
 # Round numbers so the arithmetic can be done by hand.

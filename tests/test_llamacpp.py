@@ -14,7 +14,8 @@ import torch
 
 from harness.backends import choose
 from harness.backends.llamacpp import LlamaCppBackend, gguf_info
-from harness.core import DecodeConfig, _Run, catch_up, drive, generate, rollback
+from harness.core.loop import DecodeConfig, GenerationState, catch_up, rollback
+from harness.core.scheduler import generate, run_calls
 from harness.errors import UserError
 from routers import get_router
 from tests.tiny import (
@@ -71,17 +72,17 @@ def test_catch_up_and_crop_equal_a_from_scratch_pass(pair):
         fresh.reset()
         return fresh.forward(seq, 1)[0][0]
 
-    r = _Run(pair, list(PROMPT), len(PROMPT), clock=lambda: 0.0)
+    r = GenerationState(pair, list(PROMPT), len(PROMPT), clock=lambda: 0.0)
     pair["large"].reset()
-    drive(catch_up(r, "large", PROMPT[:5], 1))
+    run_calls(catch_up(r, "large", PROMPT[:5], 1))
     seq = PROMPT + [40, 41, 42, 43]
-    got, _ = drive(catch_up(r, "large", seq, 1))
+    got, _ = run_calls(catch_up(r, "large", seq, 1))
     assert r.forwards[-1].tokens_in == len(seq) - 5
     torch.testing.assert_close(got[0], scratch(seq), atol=ATOL, rtol=0)
     rollback(r, len(PROMPT) + 1)
     assert pair["large"].length == len(PROMPT) + 1
     seq2 = PROMPT + [40, 50, 51]
-    got2, _ = drive(catch_up(r, "large", seq2, 1))
+    got2, _ = run_calls(catch_up(r, "large", seq2, 1))
     torch.testing.assert_close(got2[0], scratch(seq2), atol=ATOL, rtol=0)
 
 

@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from harness.core import DecodeConfig  # noqa: E402
-from harness.engine import Engine  # noqa: E402
+from harness.backends.engine import Engine  # noqa: E402
+from harness.core.loop import DecodeConfig  # noqa: E402
 from harness.errors import UserError  # noqa: E402
-from harness.lmeval import REFUSE_LOGLIKELIHOOD, register  # noqa: E402
+from harness.evaluation.lmeval import REFUSE_LOGLIKELIHOOD, register  # noqa: E402
 from routers import get_router  # noqa: E402
 from tests.tiny import save_tiny_pair, tiny_backends, tiny_tokenizer  # noqa: E402
 
@@ -88,7 +88,7 @@ def test_unknown_generation_arguments_are_a_user_error(engine):
 
 def test_cli_runs_lm_eval_offline_on_the_projects_prompts(tmp_path, engine):
     """`hybridbench lm-eval` end to end: local data, the project's prompt, per-sample scores."""
-    from harness.cli import main
+    from harness.cli.main import main
     from tasks import get_task
 
     small, large = save_tiny_pair(tmp_path / "pair")
@@ -134,13 +134,13 @@ def test_cli_runs_lm_eval_offline_on_the_projects_prompts(tmp_path, engine):
 
 
 def test_lm_eval_rejects_its_include_path():
-    from harness.cli import main
+    from harness.cli.main import main
 
     assert main(["lm-eval", "--include_path", "/x", "--tasks", "gsm8k"]) == 2
 
 
 def test_paths_are_written_at_run_time(tmp_path):
-    from harness.lmeval import write_tasks
+    from harness.evaluation.lmeval import write_tasks
 
     names = write_tasks(tmp_path)
     assert set(names) == {"gsm8k", "gsm8k_hybridbench"}

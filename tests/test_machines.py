@@ -1,4 +1,4 @@
-"""harness.machines: sessions told apart by machine (recorded id, shared batch probe), and
+"""harness.metrics.machines: sessions told apart by machine (recorded id, shared batch probe), and
 throughput relative to large-only's on the same machine; the report and compare use them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.machines import by_machine, covered, session_machines, vs_large
+from harness.metrics.machines import by_machine, covered, session_machines, vs_large
 
 PROBE_A = {"measured": "2026-11-23T17:43:55+0000", "threads": 2,
            "step_seconds": {"large": {"1": 0.037, "16": 0.303}}}  # fmt: skip
@@ -178,7 +178,7 @@ def test_report_divides_by_large_only_on_each_machine_and_lists_the_anchor(tmp_p
 
 
 def test_compare_flags_a_slowdown_only_on_one_machine(tmp_path, capsys):
-    from harness.cli import main
+    from harness.cli.main import main
 
     fast = [session("2026-11-24T17:00", 4000, 100.0, 8, PROBE_A)]
     slow_a = [session("2026-11-24T18:00", 2000, 100.0, 8, PROBE_A)]

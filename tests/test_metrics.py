@@ -1,4 +1,4 @@
-"""Golden tests of harness.metrics and harness.frontier on hand-built records and curves.
+"""Golden tests of harness.metrics.quality and harness.metrics.frontier on hand-built records and curves.
 
 Every expected number is worked out by hand in the comment beside it.
 """
@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from harness import frontier, metrics
+from harness.metrics import frontier
+from harness.metrics import quality as metrics
 
 NAN = math.nan
 MODELS = {  # manifest["models"]: only the fields the byte cost reads
@@ -317,7 +318,7 @@ def test_ratio_ci_resamples_like_bootstrap_ci():
 def test_throughput_is_the_largest_batch_sizes():
     """A run grown at B = 1 and then at B = 16 reports its B = 16 rate (what other batched rows
     compare with); a killed session with no example, or no wall time, counts for nothing."""
-    from harness.metrics import throughput
+    from harness.metrics.quality import throughput
 
     sessions = [
         {"batch": 1, "examples": 100, "tokens": 30000, "wall_s": 3000.0},

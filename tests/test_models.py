@@ -1,4 +1,4 @@
-"""Tests for harness/models.py on tiny random models and fake weight packages (CPU, seconds)."""
+"""Tests for harness/backends/models.py on tiny random models and fake weight packages (CPU, seconds)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tokenizers import Tokenizer, pre_tokenizers
 from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from harness import models
+from harness.backends import models
 from harness.errors import UserError
 
 CHARS = "abcdefghijklmnopqrstuvwxyz .,!?0123456789"

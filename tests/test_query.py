@@ -7,11 +7,12 @@ import math
 import pytest
 import torch
 
-from harness.core import DecodeConfig, generate
-from harness.engine import Engine
+from harness.backends.engine import Engine
+from harness.core.loop import DecodeConfig
+from harness.core.router import Needs, QueryView, Router
+from harness.core.scheduler import generate
 from harness.training.query import features, fit_logistic
 from routers import get_router
-from routers.base import Needs, QueryView, Router
 from routers.calibration import calibrated_threshold
 from routers.query import QueryClassifier
 from tests.tiny import BACKENDS, tiny_backends, tiny_tokenizer
@@ -128,7 +129,7 @@ def test_random_query_share_and_reproducibility(engine):
 def test_train_query_cli_end_to_end(tmp_path):
     """train-query on the tiny pair and gsm8k (labels by decoding), then the runner refuses
     the calib split and runs on test."""
-    from harness.cli import main
+    from harness.cli.main import main
     from tests.tiny import save_tiny_pair
 
     small, large = save_tiny_pair(tmp_path / "m")
@@ -165,8 +166,8 @@ def test_trained_routers_say_what_they_learned_from_and_runs_mark_transfer(tmp_p
     another task is marked transfer in its manifest and summary, an in-task run is not."""
     import json
 
-    from harness.cli import main
-    from routers.base import tasks_of
+    from harness.cli.main import main
+    from harness.core.router import tasks_of
     from tests.tiny import save_tiny_pair
 
     router = get_router("query", {"path": save_query(tmp_path / "q.pt", bias=0.0)})

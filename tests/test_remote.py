@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.backends.engine import Engine
 from harness.backends.hf import HFBackend
+from harness.backends.models import cache_dir
 from harness.backends.remote import RemoteBackend, RemoteConfig, RemoteError, parse_choice
-from harness.core import DecodeConfig
-from harness.engine import Engine
-from harness.models import cache_dir
+from harness.core.loop import DecodeConfig
 from routers import ROUTERS, get_router
 from tests.faultproxy import FaultProxy
 from tests.tiny import info, tiny_pair, tiny_tokenizer
@@ -198,7 +198,7 @@ def test_a_client_error_is_not_retried(server):
 
 def test_runner_records_the_failure_and_resume_retries_it(pair, server, tmp_path):
     """A remote failure becomes a failed record; a resumed run decodes that example again."""
-    from harness.runner import decode_examples, load_records
+    from harness.evaluation.runner import decode_examples, load_records
     from tasks.base import Example, user_message
 
     class Echo:
@@ -266,7 +266,7 @@ def test_an_unreachable_server_fails_fast_and_clearly():
 
 def test_cli_takes_a_server_url_as_the_large_model(server, tmp_path, capsys):
     """`--large http://...` decodes with the local small model and the remote large one."""
-    from harness.cli import main
+    from harness.cli.main import main
     from tests.tiny import save_tiny_pair
 
     small_dir, _ = save_tiny_pair(tmp_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.metrics import summarize
+from harness.metrics.quality import summarize
 from reports import load_runs, write_report
 from reports.demo import write_demo_results
 from reports.load import read_records, setting_label, setting_value
@@ -163,8 +163,8 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
     another task moves to the transfer table; modeled speed is the cost model's."""
     import shutil
 
-    from harness import metrics
-    from harness.costmodel import PROFILES, modeled_latency
+    from harness.metrics import quality as metrics
+    from harness.metrics.costmodel import PROFILES, modeled_latency
     from reports.leaderboard import paired_table, speed_table, transfer_table
 
     copy = tmp_path / "results"
@@ -354,7 +354,7 @@ def test_a_table_with_no_rows_says_so(results, tmp_path):
 
 
 def test_quality_goal_table_takes_each_routers_best_run_under_the_share(results):
-    from harness.frontier import pgr
+    from harness.metrics.frontier import pgr
     from reports.leaderboard import GOAL_SHARE, goal_table
 
     df = load_runs(results)

@@ -8,8 +8,10 @@ import json
 
 import pytest
 
-from harness.cli import main
-from harness.core import DecodeConfig, Job, generate, generate_many
+from harness.cli import sweep as sweep_command
+from harness.cli.main import main
+from harness.core.loop import DecodeConfig
+from harness.core.scheduler import Job, generate, generate_many
 from routers import get_router
 from tests.test_batching import PROMPTS
 from tests.test_query import save_query
@@ -139,10 +141,10 @@ def test_run_reuse_answers_refusals(pair, tmp_path, capsys):
 def test_sweep_passes_reuse_answers_to_query_routers_only(tmp_path):
     import argparse
 
-    from harness import sweep
+    from harness.evaluation import sweep
 
     p = argparse.ArgumentParser()
-    sweep.configure_sweep(p)
+    sweep_command.configure(p)
     args = p.parse_args(
         ["--task", "gsm8k", "--routers", "random,random_query,oracle", "--targets", "0.2"]
         + ["--out", "x"]
@@ -169,15 +171,15 @@ def test_query_classifier_reuse(pair, tmp_path):
     assert all(g["completion"] == large[k]["completion"] for k, g in got.items())
 
 
-# --- the oracle, replayed along large's answers (harness/replay.py) ---------------------------
+# --- the oracle, replayed along large's answers (harness/evaluation/replay.py) ---------------------------
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_replayed_oracle_equals_decoded_oracle(kind):
     """Provenance, steps and forwards of the oracle replayed from large's answers and one
     teacher-forced small pass equal decoding the oracle, also where an answer ends at EOS."""
-    from harness.engine import Engine
-    from harness.replay import oracle_generations
+    from harness.backends.engine import Engine
+    from harness.evaluation.replay import oracle_generations
     from tests.tiny import tiny_tokenizer
 
     engine = Engine(tiny_tokenizer(), tiny_backends(kind=kind))
@@ -257,7 +259,7 @@ ROWS = {
 def test_timed_replay_repeats_a_recorded_rows_passes(row):
     """`replay_timed` (issue 14's GPU rows): a recorded row decoded again over models of the
     same shape but other weights makes the same passes of the same sizes, EOS stops included."""
-    from harness.replay import replay_timed
+    from harness.evaluation.replay import replay_timed
 
     models, shadows = tiny_backends(seed=2), tiny_backends(seed=5)
     router = lambda: get_router(row.split("-")[0], ROWS[row])  # noqa: E731

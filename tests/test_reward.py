@@ -10,26 +10,21 @@ import random
 import pytest
 import torch
 
-from harness.core import DecodeConfig, generate
-from harness.training.reward import (
+from harness.backends.reward_model import RewardBackend, RewardModel, model_info
+from harness.core.loop import DecodeConfig
+from harness.core.scheduler import generate
+from harness.training.reward import pair_features, token_scores
+from harness.training.reward_data import SynthConfig, chunk_lengths, synthesize_one
+from harness.training.reward_heads import (
     Pairs,
     TrainConfig,
     evaluate,
-    pair_features,
     preference_loss,
     select_l2,
-    token_scores,
     train_head,
 )
-from harness.training.reward_data import SynthConfig, chunk_lengths, synthesize_one
 from routers import get_router
-from routers.reward import (
-    RewardBackend,
-    RewardModel,
-    RewardRouter,
-    calibrated_threshold,
-    model_info,
-)
+from routers.reward import RewardRouter, calibrated_threshold
 from tests.test_core import PROMPT, hf_greedy
 from tests.tiny import BACKENDS, tiny_backends, tiny_model
 
@@ -258,7 +253,7 @@ def xor_pairs(n: int = 400) -> Pairs:
 
 
 def test_mlp_head_learns_what_a_linear_head_cannot_and_resumes():
-    from harness.training.reward import state_head
+    from harness.training.reward_heads import state_head
 
     pairs = xor_pairs()
     lin = train_head(pairs, TrainConfig(epochs=30, lr=1e-2, l2=0.0, batch_size=32))
@@ -270,8 +265,8 @@ def test_mlp_head_learns_what_a_linear_head_cannot_and_resumes():
     for k, v in mlp["head_state"].items():
         torch.testing.assert_close(resumed["head_state"][k], v)
     # the folded head reads raw features: the same scores as the net on standardized ones
-    from harness.training.reward import feature_scale
-    from routers.reward import make_head
+    from harness.backends.reward_model import make_head
+    from harness.training.reward_heads import feature_scale
 
     net = make_head(8, "mlp")
     net.load_state_dict(mlp["params"])
@@ -292,7 +287,7 @@ def test_l2_is_chosen_by_cross_validation_over_prompts():
 def test_l2_grid_grows_past_an_end_while_that_end_is_best():
     """The grid grows by its end's last ratio while that end is best (L2_EXTEND values at most
     each way), and stops once a value does worse."""
-    from harness.training.reward import grow_grid
+    from harness.training.reward_heads import grow_grid
 
     def peak(at):  # a measure whose best lies at `at`; it logs what it was asked
         def f(x):
@@ -331,7 +326,7 @@ def test_chunk_lengths():
 
 
 def test_synthesis_pairs_same_length_chunks_and_is_seeded(models):
-    from harness.engine import Engine
+    from harness.backends.engine import Engine
     from tasks.base import Example, user_message
     from tests.tiny import tiny_tokenizer
 
@@ -379,7 +374,7 @@ def test_router_argument_errors_are_user_errors(tmp_path):
 
 
 def test_cli_data_train_calibrate_run(tmp_path, capsys):
-    from harness.cli import main
+    from harness.cli.main import main
     from tests.tiny import save_tiny_pair
 
     small, large = save_tiny_pair(tmp_path / "pair")
@@ -491,7 +486,7 @@ def test_cli_data_train_calibrate_run(tmp_path, capsys):
     # same data, backbone, depth and dtype: the linear head's features, not computed again
     assert "features:" not in capsys.readouterr().out
     assert len(list(data.glob("features-*"))) == 1
-    from routers.reward import load_reward_model
+    from harness.backends.reward_model import load_reward_model
 
     m, c = load_reward_model(mlp / "reward.pt", "float32")
     assert c["head_kind"] == "mlp" and isinstance(m.head, torch.nn.Sequential)
@@ -569,14 +564,14 @@ def test_llamacpp_reward_backbone_matches_transformers(tmp_path, monkeypatch):
     """A head-only checkpoint on a GGUF backbone runs on llama.cpp beside a llama.cpp small model:
     a truncated GGUF of the backbone's layers gives the transformers reward model's scores (F32
     tiny model; llama.cpp's KV cache is f16), incrementally with crops too, and batches."""
-    from harness.core import Job, generate_many
-    from harness.engine import Engine
-    from routers.reward import (
+    from harness.backends.engine import Engine
+    from harness.backends.reward_model import (
         LlamaCppRewardBackend,
         load_llamacpp_reward_backend,
         reward_backend_for,
         save_checkpoint,
     )
+    from harness.core.scheduler import Job, generate_many
     from tests.tiny import tiny_gguf_pair, tiny_pair, tiny_tokenizer
 
     monkeypatch.setenv("HYBRIDBENCH_CACHE", str(tmp_path / "cache"))
@@ -596,7 +591,7 @@ def test_llamacpp_reward_backbone_matches_transformers(tmp_path, monkeypatch):
     torch.testing.assert_close(got, want, atol=0.02, rtol=0)
     # the graph stopped at the final norm: the vocabulary projection was never computed, and the
     # hidden states are bit for bit those of the same GGUF computed to the end
-    from harness import models
+    from harness.backends import models
     from harness.backends.llamacpp import LlamaCppBackend
 
     assert rb.inner.stops > 0 and rb.inner.forward(PROMPT[:3], 1, True)[0].shape == (1, 0)
@@ -645,9 +640,9 @@ def test_reward_head_on_all_of_small_reads_small_own_pass(tmp_path, kind):
     over the draft, which the next draft reuses when the token is kept; decisions equal those of
     the same checkpoint run as a separate reward model, and the only small passes beyond
     small-only's are one per deferred token."""
-    from harness.core import Job, generate_many
-    from harness.engine import Engine
-    from routers.reward import SmallHead, reward_backend_for, save_checkpoint
+    from harness.backends.engine import Engine
+    from harness.backends.reward_model import SmallHead, reward_backend_for, save_checkpoint
+    from harness.core.scheduler import Job, generate_many
     from tests.tiny import tiny_pair, tiny_tokenizer
 
     hf_small = tiny_pair()[0]
@@ -704,7 +699,7 @@ def test_reward_head_on_all_of_small_reads_small_own_pass(tmp_path, kind):
 def test_full_responses_use_each_tasks_budget_and_stops(models):
     """reward-data --max-new-tokens 0: each prompt's responses get its task's own budget and
     stop strings, as `hybridbench run --task T` decodes them."""
-    from harness.engine import Engine
+    from harness.backends.engine import Engine
     from harness.training.reward_data import _plan
     from tasks import get_task
     from tests.tiny import tiny_tokenizer
@@ -774,7 +769,7 @@ def test_reward_data_stops_large_at_smalls_length_with_the_same_records(
     file equals one made from full responses, cut where the record says, and large's capped
     jobs decode fewer tokens. Batched (3 slots), some large jobs start before their small one
     has ended and run uncapped: the records are the same."""
-    from harness.engine import Engine
+    from harness.backends.engine import Engine
     from harness.training import reward_data as rd
     from tasks.base import Example, user_message
     from tests.tiny import tiny_tokenizer

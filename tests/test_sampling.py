@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import sampling
-from harness.sampling import distribution, sample
+from harness.core import sampling
+from harness.core.sampling import distribution, sample
 
 VOCAB = 151_936  # the default pair's vocabulary: the size the shortcut is for
 

@@ -9,11 +9,12 @@ import math
 import pytest
 import torch
 
-from harness.core import DecodeConfig, generate
-from harness.records import ModelInfo
-from harness.sampling import distribution
+from harness.core.loop import DecodeConfig
+from harness.core.records import ModelInfo
+from harness.core.router import StepView
+from harness.core.sampling import distribution
+from harness.core.scheduler import generate
 from routers import get_router
-from routers.base import StepView
 from routers.speculative import Speculative, greedy_accept, speculative_sampling
 from tests.test_core import PROMPT, N, hf_greedy
 from tests.tiny import BACKENDS, CPU_LIKE, GPU_LIKE, tiny_backends
@@ -266,12 +267,11 @@ def test_sampled_output_is_distributed_as_large(temperature, top_p, args):
 
 
 def test_pass_costs_are_measured_once_and_feed_the_schedule(pair, tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
-    from harness.batching import PASS_SIZES, pass_costs
+    from harness.backends.batch_size import PASS_SIZES, pass_costs
+    from harness.backends.engine import Engine
 
     monkeypatch.setenv("HYBRIDBENCH_CACHE", str(tmp_path))
-    engine = SimpleNamespace(backends=pair)
+    engine = Engine(None, pair)
     costs = pass_costs(engine, rounds=1)
     assert set(costs) == {"small", "large"}
     assert all(set(t) == set(PASS_SIZES) and min(t.values()) > 0 for t in costs.values())

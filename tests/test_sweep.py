@@ -13,10 +13,11 @@ import pytest
 import torch
 
 import routers
-from harness import sweep
-from harness.cli import main
+from harness.cli import sweep as sweep_command
+from harness.cli.main import main
+from harness.core.router import TokenRouter
 from harness.errors import UserError
-from routers.base import TokenRouter
+from harness.evaluation import sweep
 from tests.tiny import save_tiny_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +45,7 @@ def sweep_argv(pair, out, routers_="small,large,random,oracle", *extra):
 
 def cli(*argv, env=ENV, timeout=120):
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *argv],
+        [sys.executable, "-m", "harness.cli.main", *argv],
         capture_output=True,
         text=True,
         env=env,
@@ -144,7 +145,7 @@ def test_a_fixed_argument_that_is_swept_pins_the_router_to_one_run(pair, tmp_pat
     import argparse
 
     sub = argparse.ArgumentParser(prog="sweep")
-    sweep.configure_sweep(sub)
+    sweep_command.configure(sub)
     argv = sweep_argv(pair, tmp_path, "random,entropy")[1:]
     argv += ["--router-arg", "entropy:threshold=0.5"]
     jobs = sweep.plan(sub.parse_args(argv), tmp_path)
@@ -157,7 +158,7 @@ def test_a_router_without_settings_is_named_by_its_fixed_arguments(pair, tmp_pat
     import argparse
 
     sub = argparse.ArgumentParser(prog="sweep")
-    sweep.configure_sweep(sub)
+    sweep_command.configure(sub)
     plain = sweep.plan(sub.parse_args(sweep_argv(pair, tmp_path, "speculative")[1:]), tmp_path)
     argv = sweep_argv(pair, tmp_path, "speculative")[1:]
     adaptive = sweep.plan(
@@ -180,14 +181,14 @@ def test_run_command_lines_read_back_to_the_same_run(pair, tmp_path):
     """Each planned command line, parsed by `run`'s own parser, names the intended run."""
     import argparse
 
-    from harness.runner import configure_run
+    from harness.cli import run as run_command
 
     parser = argparse.ArgumentParser()
     sub = argparse.ArgumentParser(prog="sweep")
-    sweep.configure_sweep(sub)
+    sweep_command.configure(sub)
     args = sub.parse_args(sweep_argv(pair, tmp_path, "random,confidence")[1:])
-    configure_run(parser)
-    jobs = sweep.plan(args, tmp_path)
+    run_command.configure(parser)
+    jobs = sweep.plan(args, tmp_path, sweep_command.passed_on(args))
     assert len(jobs) == 2 + len(routers.router_class("confidence").SWEEP_THRESHOLDS)
     for job in jobs:
         run = parser.parse_args(list(job.argv[1:]))

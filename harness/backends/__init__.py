@@ -16,7 +16,7 @@ plus `length` (tokens in the cache), `info` (a `ModelInfo` for the cost model) a
                  quantized GGUF directly (4-6x transformers' speed on this project's CPU)
     remote.py    an OpenAI-compatible completions server (`RemoteBackend`): vLLM, llama-server
 
-Batching (`harness.core.generate_many`): `sequences(backend, n)` gives n backends over the same
+Batching (`harness.core.scheduler.generate_many`): `sequences(backend, n)` gives n backends over the same
 model, one per generation in flight. A backend whose sequences share an `owner` with a
 `forward_batch(calls)` runs their calls together: llama.cpp (sequence ids in one context) and
 remote (concurrent requests); transformers runs them one at a time.
@@ -27,38 +27,11 @@ remote (concurrent requests); transformers runs them one at a time.
 from __future__ import annotations
 
 import importlib.util
-from typing import Protocol
 
-import torch
-
+from harness.core.backend import Backend, sequences  # noqa: F401  (the protocol, re-exported)
 from harness.errors import UserError
-from harness.records import ModelInfo
 
 NAMES = ("auto", "hf", "llama.cpp")
-
-
-class Backend(Protocol):
-    info: ModelInfo
-    length: int
-
-    def reset(self) -> None: ...
-
-    def forward(
-        self, ids: list[int], n_rows: int, hidden: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
-
-    def crop(self, n: int) -> None: ...
-
-    def sync(self) -> None: ...
-
-
-def sequences(backend: Backend, n: int) -> list[Backend]:
-    """n backends over `backend`'s model for n generations in flight (the first is `backend`)."""
-    if hasattr(backend, "sequences"):
-        return backend.sequences(n)
-    if n == 1:
-        return [backend]
-    raise UserError(f"{type(backend).__name__} cannot decode {n} sequences at once; use --batch 1")
 
 
 def llamacpp_available() -> bool:

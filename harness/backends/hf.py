@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from harness.records import ModelInfo
+from harness.core.records import ModelInfo
 
 
 def cache_kwarg(model) -> str:

@@ -46,8 +46,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from harness.core.records import ModelInfo
 from harness.errors import UserError
-from harness.records import ModelInfo
 
 DEFAULT_N_CTX = 4096  # prompt + completion tokens one generation may hold
 DEFAULT_N_BATCH = 512  # tokens per llama_decode call (longer feeds are split)
@@ -96,7 +96,7 @@ def _gguf_sizes(path: Path, embeddings_only: bool) -> dict:
     import hashlib
     import json
 
-    from harness.models import cache_dir
+    from harness.backends.models import cache_dir
 
     try:
         st = path.stat()

@@ -57,8 +57,8 @@ from urllib.parse import urlsplit
 
 import torch
 
+from harness.core.records import ModelInfo
 from harness.errors import UserError
-from harness.records import ModelInfo
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DIALECTS = ("llama.cpp", "vllm")
@@ -334,26 +334,3 @@ def remote_info(backend: RemoteBackend) -> ModelInfo:
         kv_bytes_per_token=0,
         backend="remote",
     )
-
-
-def remote_engine(
-    url: str,
-    small: str | None = None,
-    *,
-    dtype: str = "bfloat16",
-    backend: str = "auto",
-    threads: int = 1,
-    n_ctx: int | None = None,
-    n_seq: int = 1,
-    **cfg,
-):
-    """An Engine whose small model is local (on `backend`) and whose large model is the server
-    at `url`."""
-    from harness import models
-    from harness.engine import Engine, load_backend
-
-    source = small or models.DEFAULT_SMALL
-    s, tokenizer = load_backend(source, "small", backend, "auto", dtype, threads, n_ctx, n_seq)
-    remote = RemoteBackend(RemoteConfig(url, **cfg), vocab_size=s.n_vocab)
-    remote.info = remote_info(remote)
-    return Engine(tokenizer, {"small": s, "large": remote})

@@ -29,8 +29,7 @@ from pathlib import Path
 
 import torch
 
-from harness import options
-from harness.engine import engine_from_args
+from harness.backends.engine import engine_from_args
 from harness.errors import UserError
 from harness.training.common import provenance, train_calib
 
@@ -45,93 +44,6 @@ class FitConfig:
     patience: int = 5  # epochs without a better validation loss before stopping
     val_fraction: float = 0.2  # share of train *examples* held out for validation
     seed: int = 0  # seeds the example split, initialisation and batch order
-
-
-def configure_train_citer(p) -> None:
-    p.add_argument("--task", required=True)
-    p.add_argument("--task-arg", action="append", default=[], metavar="K=V")
-    p.add_argument("--out", required=True, help="folder for labels, checkpoints, log")
-    p.add_argument("--split-seed", type=int, default=0)
-    p.add_argument("--train-limit", type=int, default=40, help="first N train examples")
-    p.add_argument("--calib-limit", type=int, default=10, help="first N calib examples")
-    p.add_argument("--mode", default="reference", choices=("reference", "label_free"))
-    p.add_argument(
-        "--trajectories",
-        default=None,
-        help="label_free: records.jsonl of small-only runs over train and calib, comma-separated "
-        "(examples in none of them are decoded here)",
-    )
-    p.add_argument("--rounds", type=int, default=2, help="labelling rounds (CITER: 2)")
-    p.add_argument("--max-rollouts", type=int, default=2, help="rolled-out positions/example")
-    p.add_argument(
-        "--rollout-tokens", type=int, default=0, help="rollout budget (0: the task's budget)"
-    )
-    p.add_argument(
-        "--max-new-tokens", type=int, default=0, help="label_free decode budget (0: the task's)"
-    )
-    p.add_argument("--target-share", type=float, default=0.2, help="calib deferral share")
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--patience", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0)
-    options.add_model_args(p)
-    options.add_batch_arg(p)
-
-
-def run_train_citer(args) -> int:
-    from harness.training.labels import LabelConfig, TokenLabels, build_labels, relabel_rollouts
-    from routers import parse_args
-    from routers.citer import Citer
-    from tasks import get_task
-
-    if not 0 < args.target_share < 1:
-        raise UserError(f"--target-share must be in (0, 1), got {args.target_share}")
-    if args.rounds not in (1, 2):
-        raise UserError(f"--rounds must be 1 or 2, got {args.rounds}")
-    task = get_task(args.task, **parse_args(args.task_arg))
-    train, calib = train_calib(task, args.split_seed, args.train_limit, args.calib_limit, 2)
-    trajectories = _read_trajectories(args.trajectories) if args.trajectories else None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    engine = engine_from_args(args)
-    cfg = LabelConfig(
-        mode=args.mode,
-        max_rollouts=args.max_rollouts,
-        rollout_tokens=args.rollout_tokens,
-        max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
-    )
-    fit = FitConfig(args.epochs, args.lr, args.batch_size, args.patience, seed=args.seed)
-    # small's hidden states along calib (minutes): made only when a round is trained, not when
-    # a rerun finds its checkpoints
-    calib_hidden = functools.cache(lambda: _calib_hidden(engine, task, calib, cfg, trajectories))
-    common = {**provenance(engine, task, args.split_seed, train, calib), "mode": args.mode}
-
-    data = build_labels(
-        engine, task, train, cfg, out / "labels_r1.safetensors", trajectories=trajectories
-    )
-    print(f"round 1 labels: {data.summary()}", file=sys.stderr)
-    ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 1, common)
-    if args.rounds == 2:
-        path2 = out / "labels_r2.safetensors"
-        if args.mode == "reference":  # resumes a partly relabelled file
-            router = Citer(str(ckpt))
-            data = relabel_rollouts(engine, task, train, data, router, path2)
-        elif path2.exists() and set(TokenLabels.load(path2).meta["done"]) >= {e.id for e in train}:
-            data = build_labels(engine, task, train, cfg, path2, round_=2)  # (restores hidden)
-        else:  # label_free: trajectories decoded with the round-1 router in the loop
-            router = Citer(str(ckpt))
-            cache = out / "trajectories_r2.jsonl"
-            traj = _decode(engine, router, task, train, args.max_new_tokens, cache)
-            data = build_labels(
-                engine, task, train, cfg, path2, trajectories=traj, round_=2, progress=True
-            )
-        print(f"round 2 labels: {data.summary()}", file=sys.stderr)
-        ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 2, common)
-    shutil.copyfile(ckpt, out / "citer.pt")
-    print(f"router: {out / 'citer.pt'}")
-    return 0
 
 
 def fit_router(data, fit: FitConfig, calib_hidden, share: float, out: Path, round_: int, common):
@@ -307,7 +219,8 @@ def _decode(engine, router, task, examples, max_new_tokens, cache: Path | None =
     """example id -> emitted token ids with `router` (small alone when None), greedy, up to
     `max_new_tokens` (0: the task's budget), stopping at EOS and the task's stop strings.
     `cache`: a JSON-lines file each finished answer is appended to, so a rerun resumes."""
-    from harness.core import DecodeConfig, Job
+    from harness.core.loop import DecodeConfig
+    from harness.core.scheduler import Job
     from routers.baselines import SmallOnly
 
     router = router or SmallOnly()
@@ -340,7 +253,7 @@ def _decode(engine, router, task, examples, max_new_tokens, cache: Path | None =
 def _read_trajectories(paths: str) -> dict:
     """example id -> token ids from runners' records.jsonl files, comma-separated (small-only
     runs: one over train, one over calib)."""
-    from harness.runner import load_records
+    from harness.evaluation.runner import load_records
 
     out = {}
     for path in (p.strip() for p in paths.split(",") if p.strip()):
@@ -349,3 +262,58 @@ def _read_trajectories(paths: str) -> dict:
             raise UserError(f"{path} holds no records")
         out |= {k: r["generation"]["token_ids"] for k, r in recs.items()}
     return out
+
+
+def train(args) -> int:
+    from harness.training.labels import LabelConfig, TokenLabels, build_labels, relabel_rollouts
+    from routers import parse_args
+    from routers.citer import Citer
+    from tasks import get_task
+
+    if not 0 < args.target_share < 1:
+        raise UserError(f"--target-share must be in (0, 1), got {args.target_share}")
+    if args.rounds not in (1, 2):
+        raise UserError(f"--rounds must be 1 or 2, got {args.rounds}")
+    task = get_task(args.task, **parse_args(args.task_arg))
+    train, calib = train_calib(task, args.split_seed, args.train_limit, args.calib_limit, 2)
+    trajectories = _read_trajectories(args.trajectories) if args.trajectories else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    engine = engine_from_args(args)
+    cfg = LabelConfig(
+        mode=args.mode,
+        max_rollouts=args.max_rollouts,
+        rollout_tokens=args.rollout_tokens,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+    )
+    fit = FitConfig(args.epochs, args.lr, args.batch_size, args.patience, seed=args.seed)
+    # small's hidden states along calib (minutes): made only when a round is trained, not when
+    # a rerun finds its checkpoints
+    calib_hidden = functools.cache(lambda: _calib_hidden(engine, task, calib, cfg, trajectories))
+    common = {**provenance(engine, task, args.split_seed, train, calib), "mode": args.mode}
+
+    data = build_labels(
+        engine, task, train, cfg, out / "labels_r1.safetensors", trajectories=trajectories
+    )
+    print(f"round 1 labels: {data.summary()}", file=sys.stderr)
+    ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 1, common)
+    if args.rounds == 2:
+        path2 = out / "labels_r2.safetensors"
+        if args.mode == "reference":  # resumes a partly relabelled file
+            router = Citer(str(ckpt))
+            data = relabel_rollouts(engine, task, train, data, router, path2)
+        elif path2.exists() and set(TokenLabels.load(path2).meta["done"]) >= {e.id for e in train}:
+            data = build_labels(engine, task, train, cfg, path2, round_=2)  # (restores hidden)
+        else:  # label_free: trajectories decoded with the round-1 router in the loop
+            router = Citer(str(ckpt))
+            cache = out / "trajectories_r2.jsonl"
+            traj = _decode(engine, router, task, train, args.max_new_tokens, cache)
+            data = build_labels(
+                engine, task, train, cfg, path2, trajectories=traj, round_=2, progress=True
+            )
+        print(f"round 2 labels: {data.summary()}", file=sys.stderr)
+        ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 2, common)
+    shutil.copyfile(ckpt, out / "citer.pt")
+    print(f"router: {out / 'citer.pt'}")
+    return 0

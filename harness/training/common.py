@@ -29,7 +29,7 @@ def cost_log(folder, argv: list[str]):
     inflated while the process is stopped, e.g. a chain paused with SIGSTOP), and the tokens every Engine
     generation in this process emitted. A resumed command adds a line; what a router cost is the
     sum of its lines (`total_cost`); one that did nothing (`nothing_to_do`) adds none."""
-    from harness import engine
+    from harness.backends import engine
 
     rec = {"argv": list(argv), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     t0, c0, g0, status = time.monotonic(), time.process_time(), engine.GENERATED[0], "interrupted"

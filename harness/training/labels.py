@@ -59,6 +59,7 @@ from pathlib import Path
 
 import torch
 
+from harness.core.forcing import FORCED_CHUNK, forced_passes
 from harness.errors import UserError
 
 SCHEMA = "hybridbench.token_labels/1"
@@ -91,7 +92,7 @@ class LabelConfig:
     rollout_tokens: int = 0  # cap on one rollout's new tokens; 0 = the task's own budget
     max_new_tokens: int = 0  # label_free: budget when small's answer is decoded here (0: task's)
     seed: int = 0  # seeds the choice of rolled-out positions
-    chunk: int = 64  # positions per teacher-forcing forward pass (bounds logits memory)
+    chunk: int = FORCED_CHUNK  # positions per teacher-forcing forward pass (bounds logits memory)
 
 
 class TokenLabels:
@@ -192,22 +193,6 @@ def reference_text(task, example) -> str | None:
     return task.reference_answer(example)
 
 
-def forced_passes(model, prompt, traj, chunk: int, hidden: bool = False):
-    """Teacher forcing of one model over prompt + traj, `chunk` positions a pass (bounding the
-    [chunk, V] logits held at once): yields (logits, hidden or None) whose rows predict traj[0],
-    traj[1], ... in order. The model's cache is cleared before and after."""
-    model.reset()
-    try:
-        if len(prompt) > 1:
-            model.forward(prompt[:-1], 1)  # the prompt's cache; its outputs are not needed
-        seq = prompt[-1:] + traj[:-1]  # the positions whose outputs predict traj[0..m-1]
-        for s in range(0, len(seq), chunk):
-            piece = seq[s : s + chunk]
-            yield model.forward(piece, len(piece), hidden=hidden)
-    finally:
-        model.reset()
-
-
 def teacher_force(models, prompt, traj, top_k: int, chunk: int, roles=("small", "large")) -> dict:
     """Each model over prompt + traj: per trajectory position, small's hidden state and each
     model's greedy token and top-k, from the logits that predict traj[i]. Few batched passes."""
@@ -239,7 +224,8 @@ def run_rollouts(engine, task, rollouts: list[tuple], cfg: LabelConfig, desc: st
     `engine.batch` at a time) gives a correct answer, else 0.
 
     rollouts: (key, example, prefix token ids, prompt length, router) -> {key: label}."""
-    from harness.core import DecodeConfig, Job, cut_at_stop
+    from harness.core.loop import DecodeConfig, cut_at_stop
+    from harness.core.scheduler import Job
 
     dc = DecodeConfig(
         max_new_tokens=rollout_budget(task, cfg), stop=tuple(task.stop), eos_ids=engine.eos_ids
@@ -328,7 +314,8 @@ def _im_end(engine) -> int:
 
 
 def _small_answer(engine, task, prompt, max_new_tokens) -> list[int]:
-    from harness.core import DecodeConfig, generate
+    from harness.core.loop import DecodeConfig
+    from harness.core.scheduler import generate
     from routers.baselines import SmallOnly
 
     cfg = DecodeConfig(max_new_tokens=max_new_tokens, stop=tuple(task.stop), eos_ids=engine.eos_ids)

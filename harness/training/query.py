@@ -22,77 +22,11 @@ from pathlib import Path
 
 import torch
 
-from harness import options
-from harness.engine import engine_from_args
+from harness.backends.engine import engine_from_args
 from harness.errors import UserError
 from harness.training.common import auc, provenance, train_calib
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
-
-
-def configure_train_query(p) -> None:
-    p.add_argument("--task", required=True)
-    p.add_argument("--task-arg", action="append", default=[], metavar="K=V")
-    p.add_argument("--out", required=True, help="folder for query.pt")
-    p.add_argument("--split-seed", type=int, default=0)
-    p.add_argument("--train-limit", type=int, default=40)
-    p.add_argument("--calib-limit", type=int, default=10)
-    p.add_argument("--share", type=float, default=0.3, help="target share of prompts to large")
-    p.add_argument("--small-records", default=None, help="small-only records over train")
-    p.add_argument(
-        "--calib-records",
-        default=None,
-        help="small-only records over calib: the router's held-out AUC and log loss vs the prior",
-    )
-    p.add_argument("--max-new-tokens", type=int, default=None, help="decode budget (no records)")
-    p.add_argument("--seed", type=int, default=0)
-    options.add_model_args(p)
-    options.add_batch_arg(p)
-
-
-def run_train_query(args) -> int:
-    from routers import parse_args
-    from routers.calibration import calibrated_threshold
-    from tasks import get_task
-
-    if not 0 <= args.share <= 1:
-        raise UserError(f"--share must be in [0, 1], got {args.share}")
-    task = get_task(args.task, **parse_args(args.task_arg))
-    train, calib = train_calib(task, args.split_seed, args.train_limit, args.calib_limit, 5)
-    correct = _labels_from_records(args.small_records, train, task) if args.small_records else None
-    engine = engine_from_args(args)
-    if correct is None:
-        correct = _labels_by_decoding(engine, task, train, args.max_new_tokens)
-    y = torch.tensor([correct[ex.id] for ex in train], dtype=torch.float32)
-    x_train = features(engine, train)
-    x_calib = features(engine, calib)
-    clf, stats = fit_logistic(x_train, y, seed=args.seed)
-    with torch.no_grad():
-        calib_scores = torch.sigmoid(clf(x_calib))
-    tau = calibrated_threshold(calib_scores, args.share)
-    if args.calib_records:  # calib is held out from training: the router's AUC there
-        held = _labels_from_records(args.calib_records, calib, task)
-        y_calib = torch.tensor([held[ex.id] for ex in calib], dtype=torch.float32)
-        stats["calib"] = heldout_stats(calib_scores, y_calib, y)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    ckpt = {
-        "kind": "query",
-        "hidden_size": x_train.shape[1],
-        "state_dict": clf.state_dict(),
-        "threshold": tau,
-        "share": args.share,
-        "calib_scores": calib_scores.tolist(),
-        "stats": stats,
-        **provenance(engine, task, args.split_seed, train, calib),
-    }
-    torch.save(ckpt, out / "query.pt")
-    print(
-        f"train: {len(train)} prompts, small correct {float(y.mean()):.3f}; {stats}; "
-        f"tau={tau:.4f} sends {float((calib_scores < tau).float().mean()):.3f} of "
-        f"{len(calib)} calib prompts to large -> {out / 'query.pt'}"
-    )
-    return 0
 
 
 @torch.inference_mode()
@@ -179,7 +113,7 @@ def _fit(x, y, lam: float):
 
 
 def _labels_from_records(path, train, task) -> dict:
-    from harness.runner import load_records
+    from harness.evaluation.runner import load_records
 
     recs = load_records(Path(path))
     missing = [ex.id for ex in train if ex.id not in recs]
@@ -190,7 +124,8 @@ def _labels_from_records(path, train, task) -> dict:
 
 def _labels_by_decoding(engine, task, train, max_new_tokens) -> dict:
 
-    from harness.core import DecodeConfig, Job
+    from harness.core.loop import DecodeConfig
+    from harness.core.scheduler import Job
     from routers.baselines import SmallOnly
 
     cfg = DecodeConfig(max_new_tokens=max_new_tokens or task.max_new_tokens, stop=tuple(task.stop))
@@ -200,3 +135,48 @@ def _labels_by_decoding(engine, task, train, max_new_tokens) -> dict:
         for job, g in engine.generate_each(SmallOnly(), jobs, "small answers")
     }
     return {ex.id: out[ex.id] for ex in train}
+
+
+def train(args) -> int:
+    from routers import parse_args
+    from routers.calibration import calibrated_threshold
+    from tasks import get_task
+
+    if not 0 <= args.share <= 1:
+        raise UserError(f"--share must be in [0, 1], got {args.share}")
+    task = get_task(args.task, **parse_args(args.task_arg))
+    train, calib = train_calib(task, args.split_seed, args.train_limit, args.calib_limit, 5)
+    correct = _labels_from_records(args.small_records, train, task) if args.small_records else None
+    engine = engine_from_args(args)
+    if correct is None:
+        correct = _labels_by_decoding(engine, task, train, args.max_new_tokens)
+    y = torch.tensor([correct[ex.id] for ex in train], dtype=torch.float32)
+    x_train = features(engine, train)
+    x_calib = features(engine, calib)
+    clf, stats = fit_logistic(x_train, y, seed=args.seed)
+    with torch.no_grad():
+        calib_scores = torch.sigmoid(clf(x_calib))
+    tau = calibrated_threshold(calib_scores, args.share)
+    if args.calib_records:  # calib is held out from training: the router's AUC there
+        held = _labels_from_records(args.calib_records, calib, task)
+        y_calib = torch.tensor([held[ex.id] for ex in calib], dtype=torch.float32)
+        stats["calib"] = heldout_stats(calib_scores, y_calib, y)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = {
+        "kind": "query",
+        "hidden_size": x_train.shape[1],
+        "state_dict": clf.state_dict(),
+        "threshold": tau,
+        "share": args.share,
+        "calib_scores": calib_scores.tolist(),
+        "stats": stats,
+        **provenance(engine, task, args.split_seed, train, calib),
+    }
+    torch.save(ckpt, out / "query.pt")
+    print(
+        f"train: {len(train)} prompts, small correct {float(y.mean()):.3f}; {stats}; "
+        f"tau={tau:.4f} sends {float((calib_scores < tau).float().mean()):.3f} of "
+        f"{len(calib)} calib prompts to large -> {out / 'query.pt'}"
+    )
+    return 0

@@ -38,8 +38,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import options
-from harness.engine import engine_from_args
+from harness.backends.engine import engine_from_args
 from harness.errors import UserError
 from harness.training.common import nothing_to_do
 
@@ -108,7 +107,8 @@ def capped(large_job, small_gen):
 
 def _plan(engine, task: str, example, cfg: SynthConfig):
     """(record head, the two generation jobs, the rng the chunk lengths draw from next)."""
-    from harness.core import DecodeConfig, Job
+    from harness.core.loop import DecodeConfig
+    from harness.core.scheduler import Job
     from routers.baselines import LargeOnly, SmallOnly
     from tasks import get_task
 
@@ -243,26 +243,19 @@ def _range(text: str) -> tuple[float, float]:
     return lo, hi
 
 
-def configure_reward_data(p) -> None:
-    p.add_argument("--out", required=True, help="data folder (created; resumed if it exists)")
-    p.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
-    p.add_argument("--prompts", type=int, default=48, help="prompts in all (equal share per task)")
-    p.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=64,
-        help="response length cap; 0 = each task's own budget and stop strings (full responses)",
-    )
-    p.add_argument("--chunks", type=int, default=16, help="chunk lengths per response pair")
-    p.add_argument("--temperature", default="0.2,1.0", help="range LO,HI drawn per generation")
-    p.add_argument("--top-p", default="0.8,1.0", help="range LO,HI drawn per generation")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--split-seed", type=int, default=0, help="task split seed (train split)")
-    options.add_model_args(p)
-    options.add_batch_arg(p)
+def _open(out: Path, manifest: dict) -> None:
+    path = out / "manifest.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = [k for k in manifest if old.get(k) != manifest[k]]
+        if diff:
+            raise UserError(f"{out} holds other data ({', '.join(diff)} differ); use another --out")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
 
 
-def run_reward_data(args) -> int:
+def make_pairs(args) -> int:
     if args.prompts < 1 or args.max_new_tokens < 0 or args.chunks < 1:
         raise UserError("--prompts and --chunks must be >= 1, --max-new-tokens >= 0")
     top_p = _range(args.top_p)
@@ -296,15 +289,3 @@ def run_reward_data(args) -> int:
         f"{ties} with identical chosen and rejected tokens"
     )
     return 0
-
-
-def _open(out: Path, manifest: dict) -> None:
-    path = out / "manifest.json"
-    if path.exists():
-        old = json.loads(path.read_text())
-        diff = [k for k in manifest if old.get(k) != manifest[k]]
-        if diff:
-            raise UserError(f"{out} holds other data ({', '.join(diff)} differ); use another --out")
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(manifest, indent=1) + "\n")

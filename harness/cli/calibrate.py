@@ -1,0 +1,34 @@
+"""`hybridbench calibrate`: a token router's scores along small's own answers on the calib split,
+for `target_share=S calibration=FILE`.
+"""
+
+from __future__ import annotations
+
+from harness.cli import options
+from harness.training import calibrate
+from harness.training.calibrate import (
+    SCORED,
+)
+
+
+def configure(p, router: str | None = None) -> None:
+    if router is None:
+        p.add_argument("--router", required=True, choices=SCORED)
+    p.add_argument(
+        "--checkpoint",
+        required=router == "reward",
+        help="reward.pt from train-reward (reward), citer.pt from train-citer (citer)",
+    )
+    p.add_argument("--task", required=True)
+    p.add_argument("--split", default="calib", help="calibration split (default calib)")
+    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=10, help="first N examples of the split")
+    p.add_argument("--records", default=None, help="small-only records over the split (reused)")
+    p.add_argument("--out", required=True, help="calibration JSON to write")
+    options.add_decode_args(p, max_new_tokens=None)
+    options.add_model_args(p)
+    options.add_batch_arg(p)
+
+
+def run(args) -> int:
+    return calibrate.calibrate(args)

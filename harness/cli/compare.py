@@ -1,0 +1,42 @@
+"""`hybridbench compare OLD NEW`: flag a quality or speed regression between two run folders."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.metrics.compare import compare, load_run, report
+
+
+def configure(p) -> None:
+    p.add_argument("old", help="baseline run folder")
+    p.add_argument("new", help="candidate run folder")
+    p.add_argument(
+        "--max-slowdown",
+        type=float,
+        default=1.25,
+        help="flag when old tok/s / new tok/s exceeds this (default 1.25)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.0,
+        help="ignore quality drops whose CI reaches above -TOLERANCE (default 0)",
+    )
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the verdict as JSON")
+
+
+def run(args) -> int:
+    if args.max_slowdown <= 0:
+        raise UserError(f"--max-slowdown must be > 0, got {args.max_slowdown}")
+    if args.n_boot < 1:
+        raise UserError(f"--n-boot must be >= 1, got {args.n_boot}")
+    old, new = load_run(args.old), load_run(args.new)
+    v = compare(old, new, args.max_slowdown, args.tolerance, args.n_boot)
+    print(report(old, new, v))
+    if args.json:
+        Path(args.json).write_text(json.dumps(asdict(v), indent=2) + "\n", encoding="utf-8")
+    return 1 if v.flags else 0

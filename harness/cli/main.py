@@ -1,0 +1,98 @@
+"""The `hybridbench` command line.
+
+    hybridbench generate --router oracle --prompt "What is 17*23?"
+    hybridbench run --task gsm8k --router random --router-arg p=0.3 --limit 5 --out runs/x
+    hybridbench bench-decode --tokens 64
+
+Each subcommand lives in a module exposing `configure(parser)` and `run(args)`; the table below
+maps names to modules and is resolved when the command line is parsed. User mistakes print one
+`error:` line and exit with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from harness.errors import UserError
+
+# name -> (module of harness.cli with `configure(parser)` and `run(args)`, one-line help).
+# Only the module of the command being run is imported, so `hybridbench --help` starts fast.
+COMMANDS = {
+    "generate": ("generate", "decode one prompt and show who wrote each token"),
+    "run": ("run", "run a router on a task split, resumable, one record per example"),
+    "sweep": ("sweep", "run routers at each of their settings, one run each"),
+    "report": ("report", "write the leaderboard of a results folder"),
+    "compare": ("compare", "flag quality or speed regressions between two runs"),
+    "demo": ("demo", "the README's main job: routers compared on a few test examples"),
+    "routers": ("routers", "list the routers: built-in, from entry points"),
+    "tasks": ("tasks", "list the tasks: built-in, from entry points"),
+    "calibrate": ("calibrate", "a token router's scores on calib, for target_share thresholds"),
+    "calibrate-reward": ("calibrate_reward", "calibrate --router reward"),
+    "train-citer": ("train_citer", "label tokens and train the CITER router"),
+    "train-query": ("train_query", "train and calibrate the query-level router"),
+    "reward-data": ("reward_data", "reward-model preference pairs"),
+    "train-reward": ("train_reward", "train the reward model"),
+    "bench-decode": ("bench_decode", "tok/s of small, large and random routing vs the cost model"),
+    "lm-eval": ("lm_eval", "lm-evaluation-harness with model `hybrid` (any router)"),
+}
+
+
+# Commands whose cost (wall time, tokens generated) goes to their output folder's cost.jsonl
+TRAINING = ("reward-data", "train-reward", "train-citer", "train-query", "calibrate",
+            "calibrate-reward")  # fmt: skip
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """Every command is listed; only the one named in argv imports its module (fast start-up)."""
+    parser = argparse.ArgumentParser(prog="hybridbench", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    chosen = next((a for a in argv if a in COMMANDS), None)
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        if name == chosen:
+            command = importlib.import_module(f"harness.cli.{module}")
+            command.configure(p)
+            p.set_defaults(_run=command.run)
+    return parser
+
+
+def _terminated(signum, frame):
+    raise KeyboardInterrupt  # so that SIGTERM closes runs as Ctrl-C does (files, timers, costs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():
+        return _main(args, argv)
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _main(args, argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args, argv: list[str]) -> int:
+    try:
+        if args.command not in TRAINING:
+            return args._run(args) or 0
+        from harness.training.common import cost_log
+
+        out = Path(args.out)  # a folder, or the calibration file written into one
+        with cost_log(out if out.suffix != ".json" else out.parent, argv):
+            return args._run(args) or 0
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

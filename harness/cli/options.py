@@ -1,0 +1,77 @@
+"""Command-line options that several commands share (models, router, decoding), and the
+`DecodeConfig` made from them. Commands import this module, never `harness.cli.main`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from harness.backends.engine import decode_config  # noqa: F401  (commands take it from here)
+
+BACKENDS = ("auto", "hf", "llama.cpp")  # harness.backends.NAMES, without importing torch
+
+
+def add_batch_arg(p: argparse.ArgumentParser) -> None:
+    """`--batch`: generations decoded together (harness.backends.batch_size); records do not depend on it."""
+    p.add_argument(
+        "--batch",
+        default="auto",
+        metavar="N|auto",
+        help="generations decoded together, their model calls batched (llama.cpp, remote); "
+        "auto = the size measured fastest on this machine (default; 1 for transformers)",
+    )
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The options every command that loads the pair shares."""
+    g = p.add_argument_group("models")
+    g.add_argument(
+        "--small", default=None, help="small model: packaged name, folder, .gguf or hub id"
+    )
+    g.add_argument("--large", default=None, help="large model (must share small's tokenizer)")
+    g.add_argument(
+        "--dtype",
+        default="bfloat16",
+        help="one dtype for every transformers model (default bfloat16); "
+        "llama.cpp computes in its GGUF file's own types",
+    )
+    g.add_argument("--small-device", default="auto", help="default: cpu")
+    g.add_argument("--large-device", default="auto", help="default: cuda if available, else cpu")
+    g.add_argument(
+        "--threads", type=int, default=os.cpu_count(), help="CPU threads (torch and llama.cpp)"
+    )
+    g.add_argument(
+        "--backend",
+        default="auto",
+        choices=BACKENDS,
+        help="backend for every model: llama.cpp (GGUF on CPU), hf (transformers); "
+        "auto = llama.cpp for a GGUF on the CPU when llama-cpp-python is installed, else hf",
+    )
+    for role in ("small", "large"):
+        g.add_argument(
+            f"--{role}-backend",
+            default=None,
+            choices=BACKENDS,
+            help=f"backend of {role} only (default: --backend)",
+        )
+    g.add_argument(
+        "--n-ctx", type=int, default=None, help="llama.cpp context length (default 4096 tokens)"
+    )
+
+
+def add_router_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--router", required=True, help="router name (see `hybridbench routers`)")
+    p.add_argument(
+        "--router-arg",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="router argument, repeatable",
+    )
+
+
+def add_decode_args(p: argparse.ArgumentParser, max_new_tokens: int | None = 256) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)

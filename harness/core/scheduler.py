@@ -1,0 +1,158 @@
+"""The scheduler: the drivers that run the decoding loop's model calls.
+
+The loop (`harness.core.loop.decode_steps`) yields each model call a generation needs (a
+`Call`). Two drivers run it:
+
+    generate(models, router, ids, cfg)       one generation; each call runs as it comes
+    generate_many(slots, router, jobs)       up to len(slots) generations in flight; the calls
+                                             they wait on are grouped by model and each group
+                                             runs as ONE batched call (`forward_batch`)
+
+B = 1 is `generate` exactly: a generation's tokens depend only on the outputs it is sent.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass
+
+from harness.core.backend import Backend
+from harness.core.loop import Call, DecodeConfig, decode_steps
+from harness.core.records import Generation
+from harness.core.router import Router
+
+
+def generate(
+    models: dict[str, Backend],
+    router: Router,
+    prompt_ids: list[int],
+    cfg: DecodeConfig,
+    decode: Callable[[list[int]], str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Generation:
+    """Decode one prompt with `router` deciding, per step, which model's tokens are emitted.
+
+    `models` maps roles ("small", "large", optionally "reward") to backends; `decode` turns
+    token ids into text (needed for stop strings and the returned text).
+    """
+    return run_calls(decode_steps(models, router, prompt_ids, cfg, decode, clock), clock)
+
+
+def run_calls(steps: Generator, clock: Callable[[], float] = time.perf_counter):
+    """Run a generator of `Call`s (a decode loop, a `catch_up`) to its end, each call as it
+    comes, timed device-synchronized; returns the generator's value."""
+    result = None
+    while True:
+        try:
+            call = steps.throw(result) if isinstance(result, Exception) else steps.send(result)
+        except StopIteration as done:
+            return done.value
+        result = _timed([call], lambda c=call: [_forward(c)], clock)[0]
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """One prompt for `generate_many`; `key` comes back with its result."""
+
+    key: object
+    prompt_ids: list[int]
+    cfg: DecodeConfig
+    router: Router | None = None  # this job's router; None: the one given to generate_many
+    # a query router's answers decoded before, by route ("small"/"large": that model's greedy
+    # Generation for this prompt and cfg): the route's answer is reused instead of decoded again
+    answers: dict | None = None
+
+
+def generate_many(
+    slots: list[dict[str, Backend]],
+    router: Router,
+    jobs: Iterable[Job],
+    decode: Callable[[list[int]], str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Iterator[tuple[Job, Generation | Exception]]:
+    """Decode `jobs` with up to len(slots) generations in flight; yield (job, Generation) as each
+    finishes (not in job order), or (job, exception) for one that failed.
+
+    Each slot is one generation's models (role -> backend; `Engine.slots`), and each generation
+    has its own copy of `router` (or of the job's own `router`). A freed slot takes the next job
+    at once. Each round, the model with the most generations waiting on it runs their calls as
+    one batched call (`backend.forward_batch` where the backend batches, else one at a time).
+    """
+    jobs, active = iter(jobs), {}  # slot index -> [job, steps, pending Call]
+    free = list(range(len(slots)))[::-1]
+    while True:
+        while free:  # fill free slots
+            job = next(jobs, None)
+            if job is None:
+                break
+            i = free.pop()
+            r = copy.deepcopy(job.router or router)
+            steps = decode_steps(
+                slots[i], r, job.prompt_ids, job.cfg, decode, clock, answers=job.answers
+            )
+            active[i] = [job, steps, None]
+            yield from _advance(active, free, i, None)
+        if not active:
+            return
+        owner = _busiest(active)
+        group = [i for i in sorted(active) if _owner(active[i][2].backend) is owner]
+        calls = [active[i][2] for i in group]
+        if len(calls) > 1 and hasattr(owner, "forward_batch"):
+            args = [(c.backend, c.ids, c.n_rows, c.hidden) for c in calls]
+            results = _timed(calls, lambda o=owner, a=args: o.forward_batch(a), clock)
+        else:
+            results = [_timed([c], lambda c=c: [_forward(c)], clock)[0] for c in calls]
+        for i, result in zip(group, results, strict=True):
+            yield from _advance(active, free, i, result)
+
+
+def _forward(call: Call):
+    return call.backend.forward(call.ids, call.n_rows, call.hidden)
+
+
+def _timed(calls: list[Call], run: Callable[[], list], clock) -> list:
+    """(outputs, hidden, seconds) per call from `run`, device-synchronized; the exception for
+    every call when it raises (the generations waiting on it see it raised where they called)."""
+    for c in calls:
+        c.backend.sync()
+    t0 = clock()
+    try:
+        outs = run()
+        for c in calls:
+            c.backend.sync()
+    except Exception as e:  # noqa: BLE001 - handed to the generations, see _advance
+        return [e] * len(calls)
+    seconds = clock() - t0
+    return [(out, h, seconds) for out, h in outs]
+
+
+def _owner(backend):
+    """What batches this backend's calls: the model object its sequences share, or itself."""
+    return getattr(backend, "owner", backend)
+
+
+def _busiest(active: dict) -> object:
+    """The model the most waiting generations need (ties: the lowest slot's)."""
+    counts: dict[int, list] = {}
+    for i in sorted(active):
+        owner = _owner(active[i][2].backend)
+        counts.setdefault(id(owner), [0, owner])[0] += 1
+    return max(counts.values(), key=lambda c: c[0])[1]
+
+
+def _advance(active: dict, free: list, i: int, result):
+    """Send `result` (or raise it, an exception) in slot i's generation; park its next call, or
+    yield its end."""
+    job, steps, _ = active[i]
+    try:
+        active[i][2] = steps.throw(result) if isinstance(result, Exception) else steps.send(result)
+        return
+    except StopIteration as done:
+        outcome = done.value
+    except Exception as e:  # noqa: BLE001 - one failed generation must not stop the others
+        outcome = e
+    del active[i]
+    free.append(i)
+    yield job, outcome

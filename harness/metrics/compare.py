@@ -1,0 +1,170 @@
+"""`hybridbench compare OLD NEW`: flag a quality or speed regression between two run folders.
+
+    hybridbench compare runs/main-oracle runs/pr-oracle --max-slowdown 1.25
+
+Both folders are `hybridbench run` outputs (manifest.json + records.jsonl); only files are read,
+no model is loaded. Exit status 1 when a regression is flagged, 0 when none, 2 on a user error.
+
+Rules (every number printed comes from `harness.metrics.quality`):
+- quality: on the examples both runs scored (matched by example id), the paired differences
+  new - old of the primary metric are bootstrapped (`metrics.bootstrap_ci`, 95%, seeded); a drop
+  is flagged when the whole interval lies below `-tolerance` (default 0): a drop larger than
+  the noise of resampling examples. Without shared examples the unpaired rule applies: new
+  quality below the lower end of old's `metrics.quality_ci`.
+- speed: when both manifests record their sessions, `throughput_tok_per_s` (`metrics.throughput`:
+  emitted tokens / wall seconds, the one speed a batched run has); otherwise per-stream
+  `tok_per_s` (`metrics.latency`: emitted tokens / decode seconds). A slowdown old / new above
+  `--max-slowdown` (default 1.25) is flagged, when both ran on one machine: two machines sold
+  under one CPU name decoded 1.5x apart (`harness.metrics.machines` tells them apart by recorded id or
+  shared batch probe), so a slowdown across machines is printed, never flagged. Batch sizes
+  that differ are printed too.
+- failures: more failed examples (records with an `error`) in new than in old is flagged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.records import read_lines, records_path
+from harness.errors import UserError
+from harness.metrics import quality as metrics
+
+
+@dataclass(frozen=True)
+class Run:
+    """What compare reads from one run folder."""
+
+    path: Path  # the run folder
+    manifest: dict  # manifest.json
+    records: list[dict]  # last non-failed record per example id, in file order
+    n_failed: int  # example ids whose last record failed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The comparison of two runs, and which regressions it flags."""
+
+    metric: str  # the primary quality metric both runs share
+    n_paired: int  # examples scored in both runs (0: the unpaired rule was used)
+    quality_old: float
+    quality_new: float
+    quality_old_ci: tuple[float, float]  # 95% bootstrap CI of old's quality
+    diff_ci: tuple[float, float]  # 95% bootstrap CI of mean(new - old) on paired examples
+    tok_per_s_old: float
+    tok_per_s_new: float
+    slowdown: float  # tok_per_s_old / tok_per_s_new (> 1: new is slower)
+    same_machine: bool  # both decoded on one machine: the slowdown is flagged only then
+    failed_old: int
+    failed_new: int
+    flags: tuple[str, ...]  # one line per regression; empty when none
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run folder; a missing or unreadable manifest/records file is a UserError."""
+    path = Path(path)
+    manifest_path, records = path / "manifest.json", records_path(path)
+    for p in (manifest_path, records or path / "records.jsonl"):
+        if not p.is_file():
+            raise UserError(f"{path} is not a run folder: {p.name} not found")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise UserError(f"{manifest_path}: bad JSON ({e})") from None
+    last: dict[str, dict] = {}
+    for line in read_lines(records):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a crash, as the runner treats it
+        last[rec["example_id"]] = rec
+    ok = [r for r in last.values() if not r.get("error")]
+    return Run(path, manifest, ok, len(last) - len(ok))
+
+
+def compare(
+    old: Run, new: Run, max_slowdown: float = 1.25, tolerance: float = 0.0, n_boot: int = 1000
+) -> Verdict:
+    """Compare two runs (see the module docstring for the rules)."""
+    metric = old.manifest.get("metric")
+    for key in ("task", "split", "metric"):
+        if old.manifest.get(key) != new.manifest.get(key):
+            raise UserError(
+                f"runs differ in {key} ({old.manifest.get(key)!r} vs {new.manifest.get(key)!r}); "
+                "compare runs of the same task, split and metric"
+            )
+    q_old, q_new = metrics.quality(old.records, metric), metrics.quality(new.records, metric)
+    old_ci = metrics.quality_ci(old.records, metric, n_boot=n_boot)
+    paired = metrics.paired_difference(new.records, old.records, metric, n_boot=n_boot)
+    n_pairs, diff_ci = paired["n"], (paired["ci_low"], paired["ci_high"])
+    tps_old, tps_new = speeds(old, new)
+    slowdown = tps_old / tps_new if tps_new > 0 else math.nan
+
+    flags = []
+    if n_pairs and diff_ci[1] < -tolerance:
+        flags.append(
+            f"quality: {metric} dropped {q_old:.4g} -> {q_new:.4g}; paired 95% CI of the change "
+            f"[{diff_ci[0]:.4g}, {diff_ci[1]:.4g}] lies below -{tolerance:g} ({n_pairs} examples)"
+        )
+    elif not n_pairs and q_new < old_ci[0]:
+        flags.append(
+            f"quality: {metric} {q_new:.4g} is below old's 95% CI [{old_ci[0]:.4g}, {old_ci[1]:.4g}]"
+        )
+    same = not machines_differ(old, new)
+    if same and slowdown > max_slowdown:
+        flags.append(
+            f"speed: {tps_old:.4g} -> {tps_new:.4g} tok/s, {slowdown:.3g}x slower "
+            f"(allowed {max_slowdown:g}x)"
+        )
+    if new.n_failed > old.n_failed:
+        flags.append(f"failures: {old.n_failed} -> {new.n_failed} failed examples")
+    return Verdict(
+        metric, n_pairs, q_old, q_new, old_ci, diff_ci, tps_old, tps_new, slowdown, same,
+        old.n_failed, new.n_failed, tuple(flags),
+    )  # fmt: skip
+
+
+def machines_differ(old: Run, new: Run) -> bool:
+    """Whether the two runs' timings come from different machines: with sessions recorded,
+    unless all of both runs' throughput sessions ran on one machine (`harness.metrics.machines`);
+    else when their manifests describe the machine differently (older manifests hold fewer
+    fields: only the ones both have count)."""
+    from harness.metrics.machines import by_machine, session_machines
+
+    if old.manifest.get("sessions") and new.manifest.get("sessions"):
+        labels = session_machines({"old": old.manifest, "new": new.manifest})
+        used = [set(by_machine(r.manifest, labels[k])) for k, r in (("old", old), ("new", new))]
+        return not (len(used[0]) == 1 and used[0] == used[1])
+    m_old, m_new = old.manifest.get("machine") or {}, new.manifest.get("machine") or {}
+    return any(m_old[k] != m_new[k] for k in set(m_old) & set(m_new))
+
+
+def speeds(old: Run, new: Run) -> tuple[float, float]:
+    """(old, new) tokens per second, measured the same way for both (see the module docstring)."""
+    if old.manifest.get("sessions") and new.manifest.get("sessions"):
+        return tuple(metrics.throughput(r.manifest)["throughput_tok_per_s"] for r in (old, new))
+    return tuple(metrics.latency(r.records)["tok_per_s"] for r in (old, new))
+
+
+def report(old: Run, new: Run, v: Verdict) -> str:
+    """The human-readable comparison printed by the command."""
+    lines = [
+        f"old: {old.path}  router={old.manifest.get('router')} {old.manifest.get('router_args')}",
+        f"new: {new.path}  router={new.manifest.get('router')} {new.manifest.get('router_args')}",
+        f"{v.metric}: {v.quality_old:.4g} (95% CI {v.quality_old_ci[0]:.4g}..{v.quality_old_ci[1]:.4g}, "
+        f"n={len(old.records)}) -> {v.quality_new:.4g} (n={len(new.records)}); "
+        f"paired change 95% CI {v.diff_ci[0]:.4g}..{v.diff_ci[1]:.4g} on {v.n_paired} examples",
+        f"tok/s: {v.tok_per_s_old:.4g} -> {v.tok_per_s_new:.4g} (slowdown {v.slowdown:.3g}x)",
+        f"failed examples: {v.failed_old} -> {v.failed_new}",
+    ]
+    if not v.same_machine:
+        m_old, m_new = old.manifest.get("machine") or {}, new.manifest.get("machine") or {}
+        lines.append(f"note: different machines, speeds are not comparable (no speed flag): "
+                     f"{m_old} vs {m_new}")  # fmt: skip
+    b_old, b_new = (metrics.throughput(r.manifest)["batch"] for r in (old, new))
+    if b_old != b_new:
+        lines.append(f"note: batch {b_old:g} vs {b_new:g}: throughputs are not comparable")
+    lines += [f"REGRESSION {f}" for f in v.flags] or ["no regression flagged"]
+    return "\n".join(lines)
