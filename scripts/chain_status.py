@@ -79,7 +79,7 @@ def lines(root: Path) -> list[str]:
     if root.is_file() or not root.exists():
         return [f"{root}: not started"] if not root.exists() else []
     out = []
-    if root.name == "reference":  # scripts/reference_check.py: one JSON line per example
+    if root.name == "reference":  # benchmarks/reference_check.py: one JSON line per example
         for f in sorted(root.glob("*.jsonl")):
             out.append(f"{f}: {sum(1 for _ in f.open())} examples checked")
         return out

@@ -62,7 +62,7 @@ both mbpp 100 50 --batch 1
 for n in 50 100; do
     want reference || break
     echo "== $(date -u +%H:%M:%S) reference check --limit $n"
-    flock "$LOCK" python scripts/reference_check.py --runs "$OUT" --tasks gsm8k,mbpp \
+    flock "$LOCK" python -m benchmarks.reference_check --runs "$OUT" --tasks gsm8k,mbpp \
         --limit "$n" --out runs/reference --threads 2
 done
 both gsm8k 200 100

@@ -3,8 +3,8 @@
 # Resumable (every step is a resumable run under the heavy lock); run from the repository root:
 #
 #   nohup bash scripts/issue12_runs.sh >> /work/logs/issue12-runs.log 2>&1 &
-#   python scripts/batch_bench.py --table                       # the throughput table so far
-#   python scripts/batch_bench.py --pair runs/validity/gsm8k-small runs/batch/small-100-b16 --margins
+#   python -m benchmarks.batch_speed --table                       # the throughput table so far
+#   python -m benchmarks.batch_speed --pair runs/validity/gsm8k-small runs/batch/small-100-b16 --margins
 set -uo pipefail
 LOCK=${LOCK:-/tmp/hybridbench-heavy.lock}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -17,6 +17,6 @@ flock "$LOCK" hybridbench run --task gsm8k --router small --backend llama.cpp --
 flock "$LOCK" hybridbench run --task gsm8k --router small --backend llama.cpp --threads "$THREADS" \
     --batch 16 --limit 100 --out runs/batch/small-100-b16
 # 2. examples per hour at B = 1, 4, 8, 16 on the same 16 gsm8k test examples, four routers
-python scripts/batch_bench.py --routers small,random --limit 16 --threads "$THREADS" --out runs/batch
-python scripts/batch_bench.py --routers speculative,large --limit 16 --threads "$THREADS" --out runs/batch
+python -m benchmarks.batch_speed --routers small,random --limit 16 --threads "$THREADS" --out runs/batch
+python -m benchmarks.batch_speed --routers speculative,large --limit 16 --threads "$THREADS" --out runs/batch
 echo "== $(date -u +%H:%M:%S) done"

@@ -271,11 +271,11 @@ def test_local_process_pool(pair, tmp_path, capsys):
 
 
 def test_rows_run_again_and_compared_with_their_originals(pair, tmp_path):
-    """scripts/rerun_compare.py: a row decoded again from its recorded command line gives the
+    """`hybridbench rerun`: a row decoded again from its recorded command line gives the
     same answers, so compare flags nothing; a row the sweep does not hold is a clear error."""
     out, again = tmp_path / "sweep", tmp_path / "again"
     assert main(sweep_argv(pair, out, "random")) == 0
-    script = [sys.executable, str(ROOT / "scripts" / "rerun_compare.py"), str(out)]
+    script = [sys.executable, "-m", "harness.cli.main", "rerun", str(out)]
     # timings of a 2-example tiny run vary more than any real slowdown rule allows
     done = subprocess.run(
         [*script, "--rows", "random__p=0.6", "--out", str(again), "--max-slowdown", "1000"],
@@ -298,7 +298,7 @@ def test_rows_run_again_and_compared_with_their_originals(pair, tmp_path):
 
 
 def test_rescore_recomputes_stored_scores_and_the_summary(pair, tmp_path):
-    """scripts/rescore.py: scores come back from the stored completions alone; the old records
+    """`hybridbench rescore`: scores come back from the stored completions alone; the old records
     are kept; the summary follows."""
     out = tmp_path / "run"
     argv = ["run", "--task", "gsm8k", "--router", "small", "--limit", "2", "--max-new-tokens", "12",
@@ -312,7 +312,7 @@ def test_rescore_recomputes_stored_scores_and_the_summary(pair, tmp_path):
     records.write_text("".join(json.dumps(r) + "\n" for r in tampered))
     (out / "summary.json").write_text(json.dumps({**summary, "quality": 1.0}))
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "rescore.py"), str(out)],
+        [sys.executable, "-m", "harness.cli.main", "rescore", str(out)],
         capture_output=True, text=True, env=ENV, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -322,7 +322,7 @@ def test_rescore_recomputes_stored_scores_and_the_summary(pair, tmp_path):
     (kept,) = out.glob("records.jsonl.before-rescore-*")
     assert [json.loads(x) for x in kept.read_text().splitlines()] == tampered
     again = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "rescore.py"), str(out)],
+        [sys.executable, "-m", "harness.cli.main", "rescore", str(out)],
         capture_output=True, text=True, env=ENV, timeout=120,
     )  # fmt: skip
     assert again.returncode == 0 and "0 of 2 records rescored differently" in again.stdout
