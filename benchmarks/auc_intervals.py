@@ -1,4 +1,4 @@
-"""95% bootstrap intervals for issue 13's held-out AUCs, from what the training commands saved:
+"""95% bootstrap intervals for the trained routers' held-out AUCs, from what the training commands saved:
 
     python -m benchmarks.auc_intervals --query results/train13/query-gsm8k \
         --calib-records results/train13/gsm8k-calib-small/records.jsonl \

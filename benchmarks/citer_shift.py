@@ -1,4 +1,4 @@
-"""Which share of small's own tokens a CITER checkpoint's thresholds defer (issue 13, step 4).
+"""Which share of small's own tokens a CITER checkpoint's thresholds defer.
 
 A CITER checkpoint keeps its MLP's scores along the calib trajectories it was calibrated on
 (reference answers in reference mode) and re-calibrates tau from them for each `share=`. At run

@@ -1,4 +1,4 @@
-"""Measured latency of recorded rows with small on a CPU and large on a GPU (issue 14 step 5).
+"""Measured latency of recorded rows with small on a CPU and large on a GPU.
 
 The rows are runs made on this project's CPU machine (`runs/.../records.jsonl`); the GPU machine
 that `device` lends has no model weights and cannot fetch any, so each model is rebuilt there
@@ -10,7 +10,7 @@ the GPU, timed by the wall clock. Beside each row: its modeled latency under the
 by a device copy; no network) and for the H100 datasheet.
 
 Two engines rebuild the models:
-- `--engine transformers` (session 6): each model from its config (`--save-configs`), bf16
+- `--engine transformers`: each model from its config (`--save-configs`), bf16
   dense weights, eager PyTorch;
 - `--engine llama.cpp`, the engine the leaderboard's rows ran on: each GGUF file from its
   skeleton (`--save-skeletons`: the header, i.e. metadata, tokenizer and tensor table, a few MB
@@ -32,7 +32,7 @@ pack CARRY`.
 
 With llama.cpp, OMP_NUM_THREADS=1 keeps this process's torch (the core's per-token work) on one
 thread: with torch's default 16 threads beside small's 8 llama.cpp threads, small decoded 2.4x
-slower than alone (docs/issue14-device.md).
+slower than alone (docs/gpu.md).
 
 The output (rows and their summaries) is rewritten after every example, so a run cut short by
 its time limit keeps what it measured.
@@ -474,7 +474,7 @@ def main() -> None:
         return replay_timed(shadows, gen, args.eos_id, budget, verify, time.perf_counter)
 
     # and whole examples of every row, untimed: the first example's large passes were ~2.5x the
-    # rest's on the GPU (first use of each cache length, most likely; docs/issue14-device.md)
+    # rest's on the GPU (first use of each cache length, most likely; docs/gpu.md)
     for i in range(args.warmup_examples):
         for _, manifest, records in rows:
             replay(manifest, records[i]["generation"])

@@ -1,5 +1,4 @@
-"""Where an eager transformers pass of the large model spends its time on a GPU (issue 14 step 5;
-`docs/issue14-device.md`): the project's `HFBackend.forward` against the same call written out,
+"""Where an eager transformers pass of the large model spends its time on a GPU (`docs/gpu.md`): the project's `HFBackend.forward` against the same call written out,
 `no_grad`, transformers' own eager `generate`, and one CPU thread, 200 one-token passes each
 after a 160-token prompt, random weights of the config's shape.
 

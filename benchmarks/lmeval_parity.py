@@ -1,7 +1,7 @@
 """Parity check: lm-eval with `--model hybrid` vs `hybridbench run`, same GSM8K examples and router.
 
     flock /tmp/hybridbench-heavy.lock python -m benchmarks.lmeval_parity --router small --limit 10 \\
-        --threads 2 --out runs/issue7-parity
+        --threads 2 --out runs/lmeval-parity
 
 Runs both (real default pair unless --small/--large are given) and compares them per example:
 
@@ -51,7 +51,7 @@ def main() -> int:
     ap.add_argument("--small", default=None)
     ap.add_argument("--large", default=None)
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--out", default="runs/issue7-parity")
+    ap.add_argument("--out", default="runs/lmeval-parity")
     a = ap.parse_args()
 
     out = Path(a.out)

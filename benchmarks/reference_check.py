@@ -1,6 +1,6 @@
 """Reference check: the same GGUF files, prompts and budgets through llama.cpp's own chat
 completion (no project core, no project backend), compared with the project's small-only and
-large-only runs example by example (issue 11).
+large-only runs example by example.
 
     flock /tmp/hybridbench-heavy.lock python -m benchmarks.reference_check \\
         --runs runs/validity --tasks gsm8k,mbpp --limit 100 --out runs/reference --threads 2

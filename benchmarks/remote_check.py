@@ -63,7 +63,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--routers", nargs="+", default=["oracle", "speculative", "large"])
-    ap.add_argument("--log", default="runs/issue7-llama-server.log")
+    ap.add_argument("--log", default="runs/llama-server.log")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)

@@ -1,7 +1,7 @@
 """Speculative decoding on the real pair, side by side with transformers' assisted generation.
 
     flock /tmp/hybridbench-heavy.lock python -m benchmarks.speculative_vs_assisted \\
-        --prompts 20 --max-new-tokens 128 --k 4 --threads 2 --out runs/issue5/bench_spec.json
+        --prompts 20 --max-new-tokens 128 --k 4 --threads 2 --out runs/speculative/bench_spec.json
 
 On the first N gsm8k test prompts (chat template applied), greedy, the same max_new_tokens and
 the same EOS ids (<|endoftext|>, <|im_end|>) for every method, one prompt at a time:

@@ -406,7 +406,7 @@ def test_label_free_reads_train_and_calib_trajectories_from_runs(tmp_path, monke
         for line in runs["calib"].read_text().splitlines()
     )
     assert len(torch.load(out / "citer.pt", weights_only=True)["calib_scores"]) == calib_tokens
-    # scripts/citer_shift.py on the calib run tau was calibrated on: it recomputes the same
+    # benchmarks/citer_shift.py on the calib run tau was calibrated on: it recomputes the same
     # scores from small's hidden states, so it defers what the checkpoint's calib scores say
     from tests import load_script
 

@@ -1,6 +1,6 @@
-"""scripts/device_latency.py's llama.cpp engine (issue 14 step 5), on CPU with tiny GGUF files:
+"""benchmarks/device_latency.py's llama.cpp engine, on CPU with tiny GGUF files:
 random-weights files rebuilt from a skeleton, and recorded rows replayed over models that run in
-worker processes (scripts/device_llamacpp_worker.py)."""
+worker processes (benchmarks/device_llamacpp_worker.py)."""
 
 import json
 

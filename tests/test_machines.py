@@ -27,7 +27,7 @@ def session(started, tokens, wall, examples=16, probe=None, mid=None, batch=16):
 
 
 def the_sweep():
-    """gsm8k as issue 14 ran it: small and most of large on machine A (no ids yet), the rest of
+    """gsm8k as the published edition ran it: small and most of large on machine A (no ids yet), the rest of
     large and speculative's first sessions on B before ids were recorded, then speculative's
     last session and a speed anchor on B with B's id."""
     return {

@@ -257,7 +257,7 @@ ROWS = {
 
 @pytest.mark.parametrize("row", list(ROWS))
 def test_timed_replay_repeats_a_recorded_rows_passes(row):
-    """`replay_timed` (issue 14's GPU rows): a recorded row decoded again over models of the
+    """`replay_timed` (recorded rows timed on a GPU): a recorded row decoded again over models of the
     same shape but other weights makes the same passes of the same sizes, EOS stops included."""
     from harness.evaluation.replay import replay_timed
 

@@ -246,7 +246,7 @@ def test_ray_executor_runs_each_run_as_a_ray_task(pair, tmp_path, monkeypatch):
         # A driver connecting to a token-auth cluster by address needs RAY_AUTH_MODE=token.
         env = {**ENV, **os.environ}
         # generous: Ray's worker processes import torch; on 2 cores shared with a real-model job
-        # (and a build) it took 178 s of its old 180 s limit once and timed out once (session 10)
+        # (and a build) it took 178 s of its old 180 s limit once and timed out once
         done = cli(*argv, env=env, timeout=480)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "2 ran, 0 skipped, 0 failed" in done.stdout

@@ -34,7 +34,7 @@ def _descending(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.
     NUCLEUS_PREFIX where those already hold mass >= top_p in every row: every token after them
     lies outside the nucleus, so `distribution` is the same and a draw from it too, without
     sorting the whole 151,936-token vocabulary of the default pair for every sampled token
-    (`python scripts/sampling_bench.py`: 16 rows 1.87x faster on this 2-core CPU)."""
+    (`python -m benchmarks.sampling_speed`: 16 rows 1.87x faster on this 2-core CPU)."""
     if probs.shape[-1] > NUCLEUS_PREFIX:
         head, idx = torch.topk(probs, NUCLEUS_PREFIX, dim=-1)
         if bool((torch.cumsum(head, -1)[..., -1] >= top_p).all()):

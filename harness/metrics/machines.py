@@ -84,7 +84,7 @@ def _label(i: int) -> str:
 def quiet(session: Mapping) -> bool | None:
     """Whether other processes kept at most BUSY_CORES busy during the session (its recorded
     `others_cores`); None for a session that did not record it (runs made before the harness
-recorded it)."""
+    recorded it)."""
     cores = session.get("others_cores")
     return None if cores is None else float(cores) <= BUSY_CORES
 

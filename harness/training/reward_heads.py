@@ -249,7 +249,7 @@ def select_l2(
 
     Accuracy, not loss: the issue chooses heads by preference accuracy, and the router uses only
     the head's ranking of tokens (a quantile threshold), not its calibration (docs/
-    issue13-results.md, session 17: the CV-loss choice ranked held-out pairs worse). Folds group pairs by prompt
+    docs/trained-routers.md: the CV-loss choice ranked held-out pairs worse). Folds group pairs by prompt
     (chunks of one response pair never straddle a fold) and use only `train`, so the held-out
     prompts stay unseen until the final report. Each candidate's figures are printed as found."""
     import random
