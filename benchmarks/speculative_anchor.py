@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.remote_check import start_server  # noqa: E402
+from benchmarks.remote_check import start_server  # noqa: E402
 
 SERVERS = {"server": None, "server-md3": 3, "server-md8": 8}
 OURS = {

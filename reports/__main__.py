@@ -10,10 +10,14 @@ from reports.leaderboard import write_report
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__)
     parser.add_argument("results_dir", help="folder of run directories (or one run directory)")
-    parser.add_argument("out_dir", nargs="?", help="where to write (default RESULTS_DIR/report)")
+    parser.add_argument(
+        "out_dir",
+        nargs="?",
+        help="where to write (default RESULTS_DIR/report; an edition: RESULTS_DIR itself)",
+    )
     args = parser.parse_args(argv)
     try:
-        path = write_report(args.results_dir, args.out_dir or f"{args.results_dir}/report")
+        path = write_report(args.results_dir, args.out_dir)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

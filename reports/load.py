@@ -23,7 +23,7 @@ from harness.metrics.quality import summarize
 # Router arguments that are a router's main knob, in the order they are looked for.
 KNOBS = ("threshold", "rate", "p", "draft_len", "k", "tau", "quantile")
 REFERENCES = ("small", "large")  # routers whose runs are the quality references
-ANCHORS = "anchors"  # a task folder's large-only speed anchors, a run per machine (issue14_runs.sh)
+ANCHORS = "anchors"  # a task folder's large-only speed anchors: a run per machine that needed one
 COLUMNS = ("run", "task", "router", "setting", "setting_value", "router_args", "metric", "split")
 # a router's runs in the order of the large-token share they realized (a calibrated router's
 # threshold falls as its share grows for entropy and rises for the others: sorted by it, one

@@ -14,6 +14,8 @@ import math
 import pandas as pd
 
 from reports.load import REFERENCES, add_speed, decoded, main_knob
+from reports.style import style
+from reports.text import setting_text
 
 GB = 1e9
 BYTE_MODELS = ("small", "reward", "router", "large")
@@ -36,13 +38,6 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def _colors(routers: list[str]) -> dict[str, tuple]:
-    import seaborn as sns
-
-    palette = sns.color_palette("colorblind", max(len(routers), 1))
-    return {r: palette[i % len(palette)] for i, r in enumerate(sorted(routers))}
-
-
 def _empty(fig, ax, message: str) -> bytes:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
@@ -61,9 +56,9 @@ def _routed(df: pd.DataFrame) -> pd.DataFrame:
     return df[~df["router"].isin(REFERENCES) & df["n"].map(decoded)]
 
 
-def _router_colors(df: pd.DataFrame) -> dict[str, tuple]:
-    """One color per router, the same in every plot of a report."""
-    return _colors(sorted(_routed(df)["router"].unique()))
+def _router_colors(df: pd.DataFrame) -> dict[str, str]:
+    """Each routed router's colour (reports.style: the same on every page and plot)."""
+    return {r: style(r).color for r in sorted(_routed(df)["router"].unique())}
 
 
 def _knobbed(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -79,65 +74,98 @@ def _knobbed(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 def _reference_lines(ax, df: pd.DataFrame, column: str, large: float | None = None) -> None:
     """Small-only's and large-only's `column` as dashed lines (`large`: large-only's value, where
     it is known by definition rather than read from its row)."""
-    for router, color in (("small", "grey"), ("large", "black")):
+    for router in ("small", "large"):
         y = large if router == "large" and large is not None else reference(df, router, column)
         if not math.isnan(y):
-            ax.axhline(y, color=color, linestyle="--", linewidth=1, label=f"{router} only")
+            ax.axhline(y, color=style(router).color, linestyle="--", linewidth=1,
+                       label=f"{router} only")  # fmt: skip
 
 
-MARKERS = "osD^vPX*hp<>"  # one per router, so that routers of similar colors stay apart
 ZOOM_BELOW = 0.6  # the token-share axis ends a little past the routed runs' shares below this
 OFF_AXIS = 2  # at most this many runs beyond ZOOM_BELOW are drawn at the cut edge, share written
 
 
-def _markers(colors: dict[str, tuple]) -> dict[str, str]:
-    """One marker per router of `_router_colors` (sorted), the same in every plot of a report."""
-    return {r: MARKERS[i % len(MARKERS)] for i, r in enumerate(colors)}
+def _transfer(df: pd.DataFrame) -> pd.Series:
+    """Which runs are of a router trained on another task (drawn hollow)."""
+    if "transfer" not in df:
+        return pd.Series(False, index=df.index)
+    return df["transfer"].map(lambda x: str(x) == "True")
+
+
+def _series(routed: pd.DataFrame):
+    """(label, runs, hollow) per router, its transfer runs a series of their own."""
+    moved = _transfer(routed)
+    for router, g in routed.groupby("router"):
+        for hollow in (False, True):
+            part = g[moved[g.index] == hollow]
+            if len(part):
+                yield (f"{router} (transfer)" if hollow else router), part, hollow
+
+
+def _quality_panel(ax, df: pd.DataFrame, share: str) -> None:
+    """Quality against `share`, a line per router in its colour and marker, transfer runs
+    hollow, 95% intervals as error bars; the token-share axis zoomed as `quality_vs_share` says."""
+    routed = _routed(df)
+    for label, g, hollow in _series(routed):
+        s = style(g["router"].iloc[0])
+        g = g.sort_values([share, "run"])
+        x = g[share].astype(float)
+        q, lo, hi = g["quality"], g["quality_ci_low"], g["quality_ci_high"]
+        ax.plot(x, q, marker=s.marker, color=s.color, label=label, markersize=7,
+                markerfacecolor="white" if hollow else s.color,
+                linestyle=":" if hollow else "-")  # fmt: skip
+        ax.errorbar(x, q, yerr=[q - lo, hi - q], fmt="none", ecolor=s.color, capsize=3,
+                    alpha=0.6)  # fmt: skip
+    _reference_lines(ax, df, "quality")
+    shares = routed[share].astype(float)  # every routed run's, for the axis
+    beyond = routed[shares >= ZOOM_BELOW]
+    zoom = (share == "large_token_share" and (shares < ZOOM_BELOW).any()
+            and len(beyond) <= OFF_AXIS)  # fmt: skip
+    edge = shares[shares < ZOOM_BELOW].max() + 0.05 if zoom else 1.02
+    ax.set_xlim(-0.01 if zoom else -0.02, edge)
+    cut = ""
+    if zoom:
+        cut = f" (axis cut at {edge:.2f})"
+        moved = _transfer(beyond)
+        for i, r in beyond.iterrows():  # off the axis: at its edge, the share written
+            s = style(r["router"])
+            ax.plot([edge], [r["quality"]], marker=s.marker, color=s.color, clip_on=False,
+                    linestyle="none", markerfacecolor="white" if moved[i] else s.color)  # fmt: skip
+            ax.annotate(f"{r[share]:.2f} →", (edge, r["quality"]), xytext=(-6, -14),
+                        textcoords="offset points", ha="right", fontsize=9, color="0.15")  # fmt: skip
+    ax.set_xlabel(share.replace("_", " ") + cut)
+    ax.set_ylabel(f"quality ({df['metric'].iloc[0]})" if len(df) else "quality")
+
+
+def _legend_below(fig, ax) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4),
+                   fontsize="small", frameon=False)  # fmt: skip
 
 
 def quality_vs_share(df: pd.DataFrame) -> bytes:
-    """Quality vs large-token share and vs large-call share, a line per router (its own color and
-    marker) with its 95% CI as error bars, and the small-only and large-only qualities as dashed
-    horizontal lines. Where at most OFF_AXIS routed runs have a token share of ZOOM_BELOW or more,
-    the token-share axis ends a little past the largest share below it (the routers of a sweep at
-    shares up to 0.35 would otherwise crowd a third of the panel) and those runs (adaptive
-    speculative decoding, which hands answers to large) are drawn at its edge with their share
-    written; the call-share axis always spans [0, 1]."""
-    fig, axes = _figure(12, 4.8, ncols=2)
-    routed = _routed(df)
-    colors = _router_colors(df)
-    markers = _markers(colors)
-    for ax, share in zip(axes, ("large_token_share", "large_call_share"), strict=True):
-        for router, g in routed.groupby("router"):
-            g = g.sort_values([share, "run"])
-            x = g[share].astype(float)
-            q, lo, hi = g["quality"], g["quality_ci_low"], g["quality_ci_high"]
-            ax.plot(x, q, marker=markers[router], color=colors[router], label=router)
-            ax.errorbar(x, q, yerr=[q - lo, hi - q], fmt="none", ecolor=colors[router], capsize=3,
-                        alpha=0.6)  # fmt: skip
-        _reference_lines(ax, df, "quality")
-        shares = routed[share].astype(float)  # every routed run's, for the axis
-        beyond = routed[shares >= ZOOM_BELOW]
-        zoom = (share == "large_token_share" and (shares < ZOOM_BELOW).any()
-                and len(beyond) <= OFF_AXIS)  # fmt: skip
-        edge = shares[shares < ZOOM_BELOW].max() + 0.05 if zoom else 1.02
-        ax.set_xlim(-0.01 if zoom else -0.02, edge)
-        cut = ""
-        if zoom:
-            cut = f" (axis cut at {edge:.2f})"
-            for _, r in beyond.iterrows():  # off the axis: at its edge, the share written
-                color = colors[r["router"]]
-                ax.plot([edge], [r["quality"]], marker=markers[r["router"]], color=color,
-                        clip_on=False, linestyle="none")  # fmt: skip
-                ax.annotate(f"{r[share]:.2f} →", (edge, r["quality"]), xytext=(-6, -14),
-                            textcoords="offset points", ha="right", fontsize=9, color="0.15")  # fmt: skip
-        ax.set_xlabel(share.replace("_", " ") + cut)
-        ax.set_ylabel(f"quality ({df['metric'].iloc[0]})" if len(df) else "quality")
+    """The main plot: quality against large-token share, a line per router (its own colour and
+    marker; runs of a router trained on another task hollow on a dotted line) with its 95% CI as
+    error bars, and the small-only and large-only qualities as dashed lines. Where at most
+    OFF_AXIS routed runs have a share of ZOOM_BELOW or more, the axis ends a little past the
+    largest share below it (the routers of a sweep at shares up to 0.35 would otherwise crowd a
+    third of the panel) and those runs (adaptive speculative decoding, which hands answers to
+    large) are drawn at its edge with their share written."""
+    fig, axes = _figure(8, 5.6)
+    _quality_panel(axes[0], df, "large_token_share")
     axes[0].set_title("quality vs large-token share")
-    axes[1].set_title("quality vs large-call share")
-    handles, labels = axes[0].get_legend_handles_labels()
-    if handles:
-        axes[1].legend(handles, labels, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    _legend_below(fig, axes[0])
+    return _png(fig)
+
+
+def quality_vs_call_share(df: pd.DataFrame) -> bytes:
+    """Quality against large-call share (decode steps that ran large), as the main plot draws
+    it against token share; the axis spans [0, 1]."""
+    fig, axes = _figure(8, 5.6)
+    _quality_panel(axes[0], df, "large_call_share")
+    axes[0].set_title("quality vs large-call share")
+    _legend_below(fig, axes[0])
     return _png(fig)
 
 
@@ -184,8 +212,15 @@ def throughput_vs_setting(df: pd.DataFrame) -> bytes:
 
     def draw(ax, g, color):
         x = g["setting_value"].astype(float)
-        ax.plot(x, g["vs_large"].astype(float), marker="o", color=color, label="throughput")
-        # large-only is 1 by definition (its own row may sit below it: a session on a busy machine)
+        modeled = g.get("throughput_modeled", pd.Series(False, index=g.index))
+        modeled = modeled.map(lambda m: str(m) == "True")
+        for is_modeled, part in ((False, g[~modeled]), (True, g[modeled])):
+            if len(part):  # a run that reused answers has a modeled clock: dotted, hollow
+                ax.plot(x[part.index], part["vs_large"].astype(float), marker="o", color=color,
+                        linestyle=":" if is_modeled else "-",
+                        markerfacecolor="white" if is_modeled else color,
+                        label="modeled" if is_modeled else "measured")  # fmt: skip
+        # large-only is 1 by definition (its own run may sit below it: it ran on a busier machine)
         _reference_lines(ax, df, "vs_large", large=1.0)
 
     return _per_router(df, draw, "throughput / large-only")
@@ -197,9 +232,11 @@ def bytes_per_model(df: pd.DataFrame) -> bytes:
     ax = axes[0]
     if not len(df):
         return _empty(fig, ax, "no runs")
-    labels = [f"{r} {s}".strip() for r, s in zip(df["router"], df["setting"], strict=True)]
+    labels = [f"{r} {setting_text(json.loads(a))}".replace(" —", "")
+              for r, a in zip(df["router"], df["router_args"], strict=True)]  # fmt: skip
     left = [0.0] * len(df)
-    colors = _colors(list(BYTE_MODELS))
+    colors = {"small": style("small").color, "reward": style("reward").color,
+              "router": style("citer").color, "large": style("large").color}  # fmt: skip
     for model in BYTE_MODELS:
         column = f"bytes_{model}"
         values = [
@@ -220,6 +257,7 @@ def bytes_per_model(df: pd.DataFrame) -> bytes:
 # name -> plot; the report writes `<name>_<task>.png` for each, under its caption.
 PLOTS = {
     "quality_vs_share": quality_vs_share,
+    "quality_vs_call_share": quality_vs_call_share,
     "share_vs_setting": share_vs_setting,
     "throughput_vs_setting": throughput_vs_setting,
     "bytes_per_model": bytes_per_model,
@@ -228,15 +266,18 @@ PLOTS = {
 # name -> the heading the report shows above the plot (a figure of small multiples or bars has no
 # title of its own; each panel is titled only by its router)
 CAPTIONS = {
-    "quality_vs_share": "Quality against the large model's share of tokens (left; where at most "
-    "two runs are at 0.6 or more the axis ends just past the largest share below it, and those "
-    "runs sit at its edge, their share written) and of calls (right), each router a line with its "
-    "95% interval; dashed: small-only and large-only",
+    "quality_vs_share": "Quality against the large model's share of tokens, each router a line "
+    "in its own colour and marker with its 95% interval (hollow on a dotted line: a router "
+    "trained on another task); dashed: small-only and large-only. Where at most two runs are at "
+    "0.6 or more the axis ends just past the largest share below it, and those runs sit at its "
+    "edge, their share written",
+    "quality_vs_call_share": "Quality against the large model's share of decode steps (calls), "
+    "drawn as the main plot",
     "share_vs_setting": "Large-token share (solid) and large-call share (dashed) against each "
     "router's setting, a panel per router run at two settings or more",
-    "throughput_vs_setting": "Measured throughput relative to large-only's on the same machine "
-    "against each router's setting, a panel per router run at two settings or more; dashed: "
-    "small-only and large-only",
+    "throughput_vs_setting": "Throughput relative to large-only's on the same machine against "
+    "each router's setting, a panel per router run at two settings or more (dotted, hollow: "
+    "modeled, the run reused answers); dashed: small-only and large-only",
     "bytes_per_model": "Memory traffic per example (GB read: weights and KV cache), one bar per "
     "run, split by model",
 }

@@ -1,12 +1,13 @@
 """Baseline routers: controls (`small`, `large`, `random`), training-free signals (`entropy`,
-`confidence`) and the `oracle` upper bound. Each is a few lines of policy over `StepView`."""
+`confidence`: score routers, `routers.score`) and the `oracle` upper bound. Each is a few lines
+of policy over `StepView`."""
 
 from __future__ import annotations
 
 import torch
 
 from harness.core.router import Decision, LargeOnly, Needs, Router, SmallOnly, StepView, TokenRouter  # noqa: F401  (small and large live with the protocol: the core decodes query routes with them)
-from routers.calibration import calibrated, sweep_targets
+from routers.score import ScoreRouter
 
 
 class RandomRouter(TokenRouter):
@@ -16,6 +17,7 @@ class RandomRouter(TokenRouter):
     """
 
     name = "random"
+    small_logits = "none"  # reads nothing of q
 
     def __init__(self, p: float = 0.5):
         if not 0.0 <= p <= 1.0:
@@ -40,74 +42,39 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-class EntropyRouter(TokenRouter):
+class EntropyRouter(ScoreRouter):
     """Defers when small's next-token entropy (nats) exceeds `threshold`: small is unsure."""
 
     name = "entropy"
+    defers_below = False
+    default_threshold = 1.0
     # Sweep grid in nats, fixed (not calibrated to targets): 0.25 defers often, 4.0 rarely.
     SWEEP_THRESHOLDS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
-    def __init__(self, threshold=None, target_share=None, calibration=None):
-        threshold, cal = calibrated(self.name, threshold, target_share, calibration)
-        self.threshold = 1.0 if threshold is None else float(threshold)
-        self.target_share, self.calibration = target_share, calibration
-        self._ids = frozenset(cal.get("example_ids", ()))
+    small_logits = "stats"  # the core's per-token summary, not whole rows
 
-    def defer_mask(self, view: StepView) -> torch.Tensor:
-        return entropy(view.small_logits) > self.threshold
-
-    @classmethod
-    def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
-        """`hybridbench sweep`: each target share, calibrated, when the sweep passes
-        `calibration=FILE` (`hybridbench calibrate --router entropy`), else SWEEP_THRESHOLDS."""
-        return sweep_targets(targets, fixed, cls.SWEEP_THRESHOLDS)
-
-    def describe(self) -> dict:
-        return _threshold_description(self)
-
-    def used_example_ids(self) -> frozenset[str]:
-        return self._ids
+    def token_scores(self, view: StepView) -> torch.Tensor:
+        return view.stats().entropy  # = entropy(view.small_logits), computed where q is
 
 
-class ConfidenceRouter(TokenRouter):
+class ConfidenceRouter(ScoreRouter):
     """Defers when small's top-token probability is below `threshold`."""
 
     name = "confidence"
+    defers_below = True
+    default_threshold = 0.5
     # Sweep grid of top-token probability, fixed (not calibrated): 0.3 defers rarely, 0.97 often.
     SWEEP_THRESHOLDS = (0.3, 0.5, 0.7, 0.9, 0.97)
 
-    def __init__(self, threshold=None, target_share=None, calibration=None):
-        threshold, cal = calibrated(self.name, threshold, target_share, calibration)
-        self.threshold = 0.5 if threshold is None else float(threshold)
-        self.target_share, self.calibration = target_share, calibration
-        self._ids = frozenset(cal.get("example_ids", ()))
+    small_logits = "stats"  # the core's per-token summary, not whole rows
 
-    def defer_mask(self, view: StepView) -> torch.Tensor:
-        return top_probability(view.small_logits) < self.threshold
-
-    @classmethod
-    def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
-        """`hybridbench sweep`: each target share, calibrated, when the sweep passes
-        `calibration=FILE` (`hybridbench calibrate --router confidence`), else SWEEP_THRESHOLDS."""
-        return sweep_targets(targets, fixed, cls.SWEEP_THRESHOLDS)
-
-    def describe(self) -> dict:
-        return _threshold_description(self)
-
-    def used_example_ids(self) -> frozenset[str]:
-        return self._ids
+    def token_scores(self, view: StepView) -> torch.Tensor:
+        return view.stats().top_prob  # = top_probability(view.small_logits), computed where q is
 
 
 def top_probability(logits: torch.Tensor) -> torch.Tensor:
     """Probability of the most likely token per row: [k, V] -> [k]."""
     return torch.softmax(logits.float(), -1).amax(-1)
-
-
-def _threshold_description(router) -> dict:
-    out = {"threshold": router.threshold}
-    if router.target_share is not None:
-        out.update(target_share=router.target_share, calibration=router.calibration)
-    return out
 
 
 class OracleRouter(TokenRouter):

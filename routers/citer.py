@@ -24,9 +24,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from harness.core.router import Needs, StepView, TokenRouter, tasks_of
+from harness.core.router import Needs, StepView, tasks_of
 from harness.errors import UserError
 from harness.files import read_router_checkpoint
+from routers.calibration import calibrated, checkpoint_threshold
+from routers.score import ScoreRouter
 
 
 class CiterMLP(nn.Module):
@@ -80,14 +82,14 @@ def file_digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-class Citer(TokenRouter):
+class Citer(ScoreRouter):
     """Defers a drafted token when the MLP's P(small suffices) is below `threshold`.
 
     path:      checkpoint from `hybridbench train-citer`
     share:     re-calibrate tau to defer this share of the calib tokens (the checkpoint keeps
                its scores on calib; default: the share it was trained for). In reference mode
                those tokens are the calib reference answers, not small's own: the share realized
-               where small writes differs (scripts/citer_shift.py measures it)
+               where small writes differs (benchmarks/citer_shift.py measures it)
     target_share, calibration: tau deferring this share of the scores in a calibration file
                (`hybridbench calibrate --router citer`: small's own calib answers, as the other
                threshold routers; made with the same checkpoint)
@@ -96,6 +98,8 @@ class Citer(TokenRouter):
     """
 
     name = "citer"
+    defers_below = True
+    checkpoint_arg = "path"
 
     def __init__(
         self,
@@ -106,8 +110,6 @@ class Citer(TokenRouter):
         target_share: float | None = None,
         calibration: str | None = None,
     ):
-        from routers.calibration import calibrated, checkpoint_threshold
-
         ckpt = load_checkpoint(path, "citer")
         self.path, self.digest = str(path), file_digest(path)
         self.mlp = CiterMLP(ckpt["hidden_size"])
@@ -117,7 +119,7 @@ class Citer(TokenRouter):
             raise UserError("router citer takes share=S (checkpoint) or target_share=S, not both")
         self.target_share, self.calibration, cal_ids = None, calibration, ()
         if target_share is not None:
-            threshold, cal = calibrated("citer", threshold, target_share, calibration)
+            threshold, cal = calibrated(self, threshold, target_share, calibration)
             if str(cal.get("checkpoint_sha256", ""))[:16] != self.digest:
                 raise UserError(f"{calibration} was made with another checkpoint than {path}")
             self.target_share, cal_ids = float(target_share), cal.get("example_ids", ())
@@ -141,8 +143,8 @@ class Citer(TokenRouter):
         """[k, H] -> [k] P(small's token is good enough)."""
         return torch.sigmoid(self.mlp(hidden))
 
-    def defer_mask(self, view: StepView) -> torch.Tensor:
-        return self.scores(view.small_hidden) < self.threshold
+    def token_scores(self, view: StepView) -> torch.Tensor:
+        return self.scores(view.small_hidden)
 
     def backends(self, engine) -> dict:
         check_hidden_backend(self.small_backend, engine, self.path)

@@ -5,7 +5,7 @@ is accepted, otherwise it is discarded and large generates that token. This modu
 policy (`RewardRouter`, registered as `reward`); the reward model itself, its checkpoints and the
 backends that run it are in `harness.backends.reward_model`, loaded by the engine when the router
 asks for it (`backends`). Checkpoints are written by `hybridbench train-reward`, calibration
-files by `hybridbench calibrate-reward`.
+files by `hybridbench calibrate --router reward` (a score router: `routers.score`).
 
     hybridbench run --task gsm8k --router reward \\
         --router-arg checkpoint=runs/reward/model/reward.pt --router-arg threshold=1.0 ...
@@ -20,16 +20,19 @@ Absolute thresholds therefore mean something only for one trained checkpoint; th
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from harness.core.router import Needs, StepView, TokenRouter, tasks_of
+from harness.core.router import Needs, StepView, tasks_of
 from harness.errors import UserError
 from harness.files import file_sha256
 from harness.files import read_reward_checkpoint as read_checkpoint
-from routers.calibration import calibrated, calibrated_threshold, read_calibration  # noqa: F401
+from routers.calibration import calibrated_threshold, read_calibration  # noqa: F401
+from routers.score import ScoreRouter
 
 
-class RewardRouter(TokenRouter):
+class RewardRouter(ScoreRouter):
     """Accept small's token when its reward score >= threshold, else large generates it.
 
     checkpoint    reward model from `hybridbench train-reward` (needed to run from the CLI)
@@ -40,6 +43,8 @@ class RewardRouter(TokenRouter):
     """
 
     name = "reward"
+    defers_below = True
+    checkpoint_arg = "checkpoint"
 
     def __init__(
         self,
@@ -49,48 +54,47 @@ class RewardRouter(TokenRouter):
         calibration: str | None = None,
         draft_len: int = 1,
     ):
-        if threshold is None and target_share is None:
-            raise UserError("router reward needs threshold=X or target_share=S (one of them)")
         if draft_len < 1:
             raise UserError(f"router reward: draft_len must be >= 1, got {draft_len}")
-        self.checkpoint, self.draft_len, self.target_share = checkpoint, int(draft_len), None
-        self._ids: frozenset[str] = frozenset()
+        self.checkpoint, self.draft_len = checkpoint, int(draft_len)
+        self._trained: frozenset[str] = frozenset()  # the head's training prompts
         sha = ""
         if checkpoint:
             ck = read_checkpoint(checkpoint)
-            self._ids = frozenset(ck.get("used_example_ids", ()))
+            self._trained = frozenset(ck.get("used_example_ids", ()))
             sha = file_sha256(checkpoint)
-        self._trained = self._ids  # the head's training prompts; calibration adds to _ids only
-        self.calibration = calibration
-        threshold, cal = calibrated("reward", threshold, target_share, calibration)
-        if cal:
-            if sha and cal.get("checkpoint_sha256") != sha:
-                raise UserError(f"{calibration} was made with another checkpoint than {checkpoint}")
-            self._ids |= frozenset(cal.get("example_ids", ()))
-            self.target_share = float(target_share)
-        self.threshold = float(threshold)
+        cal = self.set_threshold(threshold, target_share, calibration)
+        if cal and sha and cal.get("checkpoint_sha256") != sha:
+            raise UserError(f"{calibration} was made with another checkpoint than {checkpoint}")
+
+    @classmethod
+    def for_calibration(cls, **args):
+        """A reward router whose scores calibrate reads: no threshold is needed for that."""
+        return cls(**{"threshold": math.inf, **args})
 
     def needs(self) -> Needs:
         return Needs(draft_len=self.draft_len, reward=True)
 
-    def defer_mask(self, view: StepView) -> torch.Tensor:
-        return view.reward < self.threshold
+    def token_scores(self, view: StepView) -> torch.Tensor:
+        return view.reward
 
     def backends(self, engine) -> dict:
         """The models this router brings besides the pair: {"reward": its backend}
-        (`harness.backends.reward_model.reward_backend_for`: llama.cpp beside a llama.cpp small model, else transformers on
-        small's device). Called by `harness.backends.engine.engine_from_args`."""
+        (`harness.backends.reward_model.reward_backend_for`: llama.cpp beside a llama.cpp small
+        model, else transformers on small's device). Called by
+        `harness.backends.engine.engine_from_args`."""
         if not self.checkpoint:
             raise UserError(
                 "router reward needs checkpoint=PATH (made by hybridbench train-reward)"
             )
         return {"reward": engine.reward_backend(self.checkpoint)}
 
-    @classmethod
-    def sweep_settings(cls, targets: list[float], fixed: dict | None = None) -> list[dict]:
-        """`hybridbench sweep`: one calibrated threshold per target large-token share; the sweep
-        must also pass `--router-arg reward:calibration=FILE`."""
-        return [{"target_share": t} for t in targets]
+    def calibration_notes(self, engine, scores: list[float]) -> dict:
+        """The reward backbone that scored (the one the router runs beside this small model)
+        and the share of calib tokens below each of the seed paper's thresholds."""
+        backend = engine.backends["reward"].info.backend or "transformers"
+        shares = {str(t): share_below(scores, t) for t in PAPER_THRESHOLDS}
+        return {"reward_backend": backend, "paper_threshold_shares": shares}
 
     def describe(self) -> dict:
         out = {
@@ -103,9 +107,17 @@ class RewardRouter(TokenRouter):
         return out
 
     def used_example_ids(self) -> frozenset[str]:
-        return self._ids
+        return self._trained | self._calibrated_on
 
     def trained_on(self) -> tuple[str, ...]:
         """The tasks of the reward head's training prompts: a threshold calibrated on another
         task's calib answers (humaneval's rows) leaves the run a transfer run."""
         return tasks_of(self._trained)
+
+
+PAPER_THRESHOLDS = (1.0, 1.5, 2.0, 4.0)  # the seed paper's reward thresholds
+
+
+def share_below(scores, threshold: float) -> float:
+    """Share of `scores` strictly below `threshold` (what the router would defer); NaN if none."""
+    return sum(s < threshold for s in scores) / len(scores) if len(scores) else math.nan

@@ -1,6 +1,6 @@
 #!/bin/bash
 # llama-cpp-python with CUDA on a lent GPU machine (`device`: nothing can be fetched there), for
-# `benchmarks/device_latency.py --engine llama.cpp` (issue 14 step 5, docs/issue14-device.md).
+# `benchmarks/device_latency.py --engine llama.cpp` (docs/gpu.md).
 #
 #   bash scripts/build_llama_cpp_cuda.sh pack CARRY    # here: what travels (sdist, wheels), ~6 MB
 #   bash scripts/build_llama_cpp_cuda.sh build CARRY   # there: installs into /tmp/site (~4.5 min)
@@ -12,7 +12,7 @@
 # for the GPU found there (nvcc, cmake and ninja are in the image; 261-286 s on 16 cores for
 # sm_90) and installs it. The wheel (254 MB) is larger than what a call brings back (64 MiB), so
 # every fresh machine builds again; a warm one keeps /tmp/site between calls.
-# Then: export PYTHONPATH=/tmp/site OMP_NUM_THREADS=1 (see docs/issue14-device.md).
+# Then: export PYTHONPATH=/tmp/site OMP_NUM_THREADS=1 (see docs/gpu.md).
 set -euo pipefail
 VERSION=0.3.36
 mode=${1:?pack or build}

@@ -128,3 +128,61 @@ def system_user(system: str, content: str) -> tuple:
     puts this system turn in place of its default one ("You are Qwen, created by ...").
     """
     return ({"role": "system", "content": system}, {"role": "user", "content": content})
+
+
+class GuardedTask:
+    """A task from outside this repository (an entry point or an import path) behind checks.
+
+    `tasks.get_task` wraps such a task: an exception from its code, or an answer of the wrong
+    shape (examples that are not `Example`s, a score that is not a dict of numbers holding the
+    task's metric), stops the command with one error line naming the task; a run stopped that way
+    keeps what it recorded, and the same command resumes once the task is fixed. Attributes
+    (name, metric, max_new_tokens, stop, ...) pass through."""
+
+    def __init__(self, task, label: str):
+        self.task, self.label = task, label
+        if not isinstance(getattr(task, "metric", None), str) or not task.metric:
+            raise self.error("sets no `metric` (the key of score()'s dict to rank by)")
+        if not isinstance(getattr(task, "name", None), str) or not task.name:
+            raise self.error("sets no `name`")
+
+    def __getattr__(self, attr):
+        if attr.startswith("__") or attr in ("task", "label"):  # copying a half-built one
+            raise AttributeError(attr)
+        return getattr(self.task, attr)
+
+    def error(self, what: str) -> UserError:
+        return UserError(f"task {self.label}: {what}; fix the task and run the same command again")
+
+    def _call(self, method: str, *args):
+        try:
+            return getattr(self.task, method)(*args)
+        except UserError:
+            raise
+        except Exception as e:
+            raise self.error(f"{method} raised {type(e).__name__}: {e}") from e
+
+    def _examples(self, method: str, *args) -> list[Example]:
+        examples = self._call(method, *args)
+        bad = next((x for x in examples if not isinstance(x, Example)), None)
+        if bad is not None:
+            raise self.error(f"{method} gave a {type(bad).__name__}, not a tasks.base.Example")
+        return list(examples)
+
+    def read(self) -> list[Example]:
+        return self._examples("read")
+
+    def load(self) -> list[Example]:
+        return self._examples("load")
+
+    def split(self, name: str, seed: int = 0) -> list[Example]:
+        return self._examples("split", name, seed)
+
+    def score(self, example: Example, completion: str) -> dict[str, float]:
+        scores = self._call("score", example, completion)
+        if not isinstance(scores, dict) or self.task.metric not in scores:
+            raise self.error(f"score returned {scores!r}, not a dict holding {self.task.metric!r}")
+        try:
+            return {str(k): float(v) for k, v in scores.items()}
+        except (TypeError, ValueError):
+            raise self.error(f"score returned {scores!r}: its values must be numbers") from None

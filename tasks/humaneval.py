@@ -4,8 +4,11 @@ The prompt shows the function stub in a code block. A reply may restate the whol
 chat models do) or give only the body (what base models and the canonical solutions do): if the
 extracted code defines `entry_point` it is appended after the stub, whose imports and helpers it
 may rely on, and its definition replaces the stub's; otherwise it is the stub's continuation.
-The program then runs the problem's `check(entry_point)` in the sandbox; it passes only if that
-call returned and the program exited 0: ending the run early never passes (`tasks.code.passes`).
+That program runs in the solution's sandboxed process; the problem's `check(entry_point)` runs
+unchanged in the tests' process, after the stub (so its helpers are the stub's own), with
+`entry_point` taken from the solution. It passes only if that call returned
+(`tasks.code.passes`: early exits, always-equal values, reading the tests and trace hooks all
+fail).
 
 Prompt: written for this project in the style of EvalPlus's chat prompt (an instruction, then the
 stub in a ```python block). `extracted` as in mbpp (`tasks.code.has_code`).
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from harness.sandbox import Tests
 from tasks.base import Example, Task, user_message
 from tasks.code import extract_code, has_code, passes
 from tasks.sources import humaneval_file, read_jsonl
@@ -48,8 +52,9 @@ class HumanEval(Task):
         stub, entry_point = example.meta["prompt"], example.meta["entry_point"]
         code = extract_code(completion)
         if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
-            program = f"{stub}\n\n{code}"
+            solution = f"{stub}\n\n{code}"
         else:
-            program = stub + code
-        program += f"\n\n{example.meta['test']}\n\ncheck({entry_point})\n"
-        return {"pass@1": float(passes(program)), "extracted": float(has_code(completion))}
+            solution = stub + code
+        check = f"{example.meta['test']}\n\ncheck({entry_point})\n"
+        tests = Tests(check, imports=(entry_point,), prelude=stub)
+        return {"pass@1": float(passes(solution, tests)), "extracted": float(has_code(completion))}

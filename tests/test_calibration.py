@@ -4,9 +4,12 @@ and the sweep's target-share settings."""
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
+import torch
 
 from harness.backends.engine import Engine
 from harness.cli.main import main
@@ -17,6 +20,7 @@ from harness.errors import UserError
 from routers import get_router, router_class
 from routers.baselines import entropy, top_probability
 from routers.calibration import threshold_for
+from routers.score import ScoreRouter
 from tasks import get_task
 from tests.tiny import save_tiny_pair
 
@@ -109,3 +113,118 @@ def test_sweep_uses_target_shares_when_given_a_calibration():
     assert sweep.router_settings("entropy", [0.1, 0.35], fixed) == [
         {"target_share": 0.1}, {"target_share": 0.35},
     ]  # fmt: skip
+
+
+# --- score routers are generic: any subclass calibrates, with no router names in the code --------
+
+
+class LargeAgrees(ScoreRouter):
+    """A score router that reads large's logits: large's probability of small's drafted token."""
+
+    name = "large_agrees"
+    defers_below = True
+    default_threshold = 0.5
+
+    def needs(self):
+        return Needs(draft_len=self.draft_len, large_logits=True)
+
+    def token_scores(self, view):
+        k = len(view.draft)
+        return torch.softmax(view.large_logits[:k].float(), -1)[torch.arange(k), view.draft]
+
+
+class Recorder(Router):
+    """Keeps every token small drafts (k at a time) and records LargeAgrees' scores of them,
+    checking that large's logits come with the row after the draft (verify's k + 1 rows)."""
+
+    def __init__(self, draft_len: int):
+        self.draft_len, self.seen, self.scorer = draft_len, [], LargeAgrees()
+
+    def needs(self):
+        return Needs(draft_len=self.draft_len, large_logits=True)
+
+    def decide(self, view):
+        assert len(view.large_logits) == len(view.draft) + 1
+        self.seen += self.scorer.token_scores(view).tolist()
+        return Decision(keep=len(view.draft), defer=False)
+
+
+def test_any_score_router_calibrates_on_what_it_reads_large_logits_included(pair, tmp_path):
+    """A plugin's score router that reads large's logits: `calibrate` builds its views by teacher
+    forcing, and its scores are those it reads while small writes (k = 1 and k = 4 a step)."""
+    task = get_task("gsm8k")
+    examples = task.split("calib")[:2]
+    out = tmp_path / "cal.json"
+    argv = ["calibrate", "--router", "tests.test_calibration:LargeAgrees", "--task", "gsm8k",
+            "--limit", "2", "--max-new-tokens", "70", "--out", str(out), *pair]  # fmt: skip
+    assert main(argv) == 0  # 70 tokens: past one teacher-forcing chunk of 64
+    cal = json.loads(out.read_text())
+    assert cal["router"] == "large_agrees"
+    assert cal["router_class"] == "tests.test_calibration:LargeAgrees"
+    engine = Engine.load(pair[1], pair[3], dtype="float32")
+    cfg = DecodeConfig(max_new_tokens=70, stop=tuple(task.stop), eos_ids=engine.eos_ids)
+    for k in (1, 4):
+        want = []
+        for ex in examples:
+            recorder = Recorder(k)
+            generate(engine.backends, recorder, engine.encode(ex.messages), cfg)
+            want += recorder.seen
+        assert cal["scores"] == pytest.approx(want, abs=1e-4)
+    router = get_router("tests.test_calibration:LargeAgrees",
+                        {"target_share": 0.25, "calibration": str(out)})  # fmt: skip
+    assert router.threshold == pytest.approx(threshold_for(LargeAgrees, cal["scores"], 0.25))
+    with pytest.raises(UserError, match="calibrates router 'large_agrees', not 'entropy'"):
+        get_router("entropy", {"target_share": 0.3, "calibration": str(out)})
+
+
+def test_a_router_that_scores_nothing_is_refused(pair, tmp_path, capsys):
+    argv = ["calibrate", "--router", "random", "--task", "gsm8k", "--out", str(tmp_path / "c.json")]
+    assert main([*argv, *pair]) == 2
+    assert "not a score router" in capsys.readouterr().err
+
+
+def test_the_calibration_code_names_no_router():
+    """The calibration code reads each router's class (`defers_below`, `token_scores`, `needs`),
+    never a list of names: no string constant in it is a built-in router's name (model roles,
+    `small`, `large`, `reward`, name models, not routers)."""
+    from harness.core.records import MODELS
+    from routers import ROUTERS
+
+    root = Path(__file__).resolve().parents[1]
+    for path in ("harness/training/calibrate.py", "routers/calibration.py",
+                 "harness/cli/calibrate.py"):  # fmt: skip
+        tree = ast.parse((root / path).read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, ast.Module | ast.FunctionDef | ast.ClassDef) and n.body
+                and isinstance(n.body[0], ast.Expr)}  # fmt: skip
+        names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                 and isinstance(n.value, str) and id(n) not in docs}  # fmt: skip
+        assert not names & (set(ROUTERS) - set(MODELS)), (path, names & set(ROUTERS))
+
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "reports" / "published"
+
+
+def published_file(used_as: str) -> str:
+    """The published copy of a file a published run names (`reports/published/routers`)."""
+    files = json.loads((PUBLISHED / "routers" / "files.json").read_text())
+    return str(PUBLISHED / "routers" / next(k for k, v in files.items() if v["used_as"] == used_as))
+
+
+@pytest.mark.parametrize("router", ["entropy", "confidence", "reward", "citer"])
+@pytest.mark.parametrize("share", ["0.1", "0.2", "0.35"])
+def test_published_calibrations_give_the_published_thresholds(router, share):
+    """Every calibration file and run the published edition holds still reads the same: a router
+    built from a published run's arguments (its files taken from reports/published/routers)
+    describes itself with the run's keys and threshold, so the run folder resumes as it is."""
+    run = PUBLISHED / "gsm8k" / f"{router}__target_share={share}"
+    args = json.loads((run / "manifest.json").read_text())["router_args"]
+    given = {k: v for k, v in args.items() if k not in ("threshold", "checkpoint")}
+    given["calibration"] = published_file(args["calibration"])
+    if router == "reward":
+        given["checkpoint"] = published_file(args["checkpoint"])
+    if router == "citer":
+        given["path"] = published_file(args["path"])
+    described = get_router(router, given).describe()
+    assert set(described) == set(args) and described["threshold"] == args["threshold"]
+    assert isinstance(router_class(router)(**{**given}), ScoreRouter)

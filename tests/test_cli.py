@@ -233,6 +233,8 @@ def test_sigterm_closes_the_session_as_ctrl_c_does(pair, tmp_path):
 
 
 def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
+    """The demo runs small, large and routers at a matched share on one loaded pair, and prints
+    one table: each router's quality, share and the gap it recovered, no placeholder."""
     from harness.backends import engine as engines
 
     loads = []
@@ -241,7 +243,7 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
     argv = [
         "demo",
         "--routers",
-        "small,large,oracle",
+        "small,large,random,entropy",
         "--limit",
         "2",
         "--max-new-tokens",
@@ -251,23 +253,34 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
         *models(pair),
     ]
     assert main(argv) == 0
-    table = capsys.readouterr().out.split("| router |")[-1]
+    out = capsys.readouterr().out
+    table = out.split("| router |")[-1]
     rows = [ln for ln in table.splitlines() if ln.startswith("| ")]
-    assert [r.split("|")[1].strip() for r in rows] == ["small", "large", "oracle"]
-    assert "| 0.000 |" in rows[0] and "| 1.000 |" in rows[1]  # large-token share of small / large
-    summary = (tmp_path / "demo" / "gsm8k" / "small" / "summary.json").read_text()
+    assert [r.split("|")[1].strip() for r in rows] == ["small", "large", "random", "entropy"]
+    cells = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")] for r in rows}
+    assert cells["small"][4] == "0.000" and cells["large"][4] == "1.000"  # large-token share
+    assert cells["random"][1] == "p = 0.2" and cells["entropy"][1].startswith("target 20% (")
+    assert "nan" not in out.lower()  # no tok_per_s=nan or similar placeholder
+    assert "routers x 2 mbpp test examples in" in out
+    summary = (tmp_path / "demo" / "mbpp" / "small" / "summary.json").read_text()
     assert "NaN" not in summary  # strict JSON: undefined values are null
-    # the oracle was replayed from the demo's own large run (its throughput modeled)
-    oracle = json.loads((tmp_path / "demo" / "gsm8k" / "oracle" / "manifest.json").read_text())
-    assert oracle["sessions"][0]["reused"]["examples"] == 2 and "modeled)" in rows[2]
-    costs = oracle["sessions"][0]["pass_costs"]  # what its modeled clock charged, and how quiet
-    assert set(costs["seconds"]) == {"small", "large"} and "others_cores" in costs
+    entropy = json.loads((tmp_path / "demo" / "mbpp" / "entropy" / "manifest.json").read_text())
+    assert entropy["router_args"]["calibration"].endswith("routers/data/mbpp-entropy.json")
     from harness.backends.batch_size import machine_id
 
-    ids = {json.loads((tmp_path / "demo" / "gsm8k" / r / "manifest.json").read_text())
-           ["sessions"][0]["machine"]["id"] for r in ("small", "large", "oracle")}  # fmt: skip
+    ids = {json.loads((tmp_path / "demo" / "mbpp" / r / "manifest.json").read_text())
+           ["sessions"][0]["machine"]["id"] for r in ("small", "large", "entropy")}  # fmt: skip
     assert ids == {machine_id()} and len(machine_id()) == 12  # one machine, one id
-    assert len(loads) == 1  # one pair loaded for the demo's three runs
+    assert len(loads) == 1  # one pair loaded for the demo's four runs
+
+
+def test_demo_says_why_a_router_cannot_run():
+    """A router the demo has no file for is named with the reason, not run."""
+    from harness.cli.demo import router_args
+
+    assert router_args("citer", "gsm8k", 0.2) == "no published CITER router for gsm8k"
+    assert "no shipped entropy calibration" in router_args("entropy", "gsm8k", 0.2)
+    assert router_args("random", "mbpp", 0.2) == ["p=0.2"]
 
 
 def test_bench_decode_prints_measured_and_predicted(pair, tmp_path, capsys):

@@ -166,3 +166,52 @@ def test_records_are_consistent(pair):
     assert sum(s.large_tokens for s in g.steps) == sum(g.provenance)
     assert g.forwards[0].phase == "prefill" and g.forwards[0].cache_len == 0
     assert 0 <= g.ttft <= g.seconds
+
+
+@pytest.mark.parametrize(
+    "name,args,small,large",
+    [
+        ("small", {}, {"argmax"}, set()),
+        ("large", {}, set(), {"argmax"}),
+        ("random", {"p": 0.5}, {"argmax"}, {"argmax"}),
+        ("entropy", {"threshold": 4.8405}, {"stats"}, {"argmax"}),  # small's are 4.838-4.842
+        ("confidence", {"threshold": 0.05}, {"stats"}, {"argmax"}),
+        ("oracle", {}, {"full"}, {"full"}),
+        ("speculative", {"k": 3}, {"full"}, {"full"}),
+    ],
+)
+def test_calls_ask_only_for_what_is_read(pair, monkeypatch, name, args, small, large):
+    """Greedy decoding asks small for the argmax only unless the router reads more of q
+    (`Needs.small_logits`), and large for its argmax unless the router reads p (a verify);
+    at temperature > 0 every call asks for full rows (sampling reads them)."""
+    import harness.core.scheduler as scheduler
+
+    asked, forward = [], scheduler._forward
+    monkeypatch.setattr(
+        scheduler, "_forward", lambda c: asked.append((c.backend.info.name, c.level)) or forward(c)
+    )
+    g = run(pair, name, args)
+    assert {lvl for role, lvl in asked if role == "small"} == small
+    assert {lvl for role, lvl in asked if role == "large"} == large
+    if name == "entropy":  # the router still defers on its summary: some tokens, not all
+        assert 0 < sum(g.provenance) < len(g.provenance)
+    asked.clear()
+    run(pair, name, args, temperature=0.7, seed=1)
+    assert {lvl for _, lvl in asked} == {"full"}
+
+
+def test_summaries_give_the_tokens_and_decisions_of_full_rows(pair):
+    """A router that reads the summary decides as it would on full rows: `entropy` with
+    small_logits "stats" against the same router made to read full rows."""
+    from routers.baselines import EntropyRouter
+
+    class FullEntropy(EntropyRouter):
+        small_logits = "full"
+
+    shares, cfg = set(), DecodeConfig(max_new_tokens=N)
+    for threshold in (4.84, 4.84105, 4.84125):  # among small's entropies on this prompt
+        a = generate(pair, EntropyRouter(threshold=threshold), PROMPT, cfg)
+        b = generate(pair, FullEntropy(threshold=threshold), PROMPT, cfg)
+        assert (a.token_ids, a.provenance) == (b.token_ids, b.provenance)
+        shares.add(sum(a.provenance))
+    assert len(shares) > 1  # the thresholds do decide differently

@@ -193,3 +193,66 @@ def test_gguf_sizes_are_read_once_per_file(tmp_path, monkeypatch):
     st = copy.stat()
     os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert gguf_info(copy, "small", "tiny", "abc") == first and len(reads) == 3
+
+
+def test_summaries_equal_the_full_rows(pair):
+    """Asked for "stats" or "argmax", the backend summarizes llama.cpp's own output buffer
+    (`row_stats`, numpy, no copy of the rows): the same argmax as the full rows, and entropy,
+    top-1 probability and margin equal to `summarize` of those rows up to float rounding."""
+    from harness.core.stats import TokenStats, summarize
+
+    b = pair["large"]
+    rows = {}
+    for level in ("full", "stats", "argmax"):
+        b.reset()
+        rows[level] = b.forward(PROMPT, 3, level=level)[0]
+    want = summarize(rows["full"])
+    got = rows["stats"]
+    assert isinstance(got, TokenStats) and got.level == "stats" and len(got) == 3
+    assert torch.equal(got.argmax, want.argmax) and torch.equal(rows["argmax"].argmax, want.argmax)
+    assert rows["argmax"].top_prob is None
+    for field in ("top_prob", "entropy", "margin"):
+        torch.testing.assert_close(getattr(got, field), getattr(want, field), atol=1e-5, rtol=1e-5)
+    # batched calls at different levels in one llama_decode
+    seqs = tiny_backends(kind="llama.cpp", n_seq=2)["large"].sequences(2)
+    (full, _), (stats, _) = seqs[0].owner.forward_batch(
+        [(seqs[0], PROMPT, 2, False, "full"), (seqs[1], PROMPT[:5], 1, False, "stats")]
+    )
+    assert full.shape[0] == 2 and isinstance(stats, TokenStats) and len(stats) == 1
+
+
+def test_device_decides_the_offloaded_layers(monkeypatch):
+    """A role on the CPU asks llama.cpp for no GPU layers and one on "cuda" for all of them
+    (llama.cpp's "a negative value means all layers"); without GPU offload in the installed
+    llama-cpp-python a GPU is refused with the line that builds it. What a CPU can check: the
+    count each load asks for (a CPU build loads the "cuda" model on the CPU all the same)."""
+    import harness.backends.llamacpp as lc
+    from harness.backends.engine import load_backend
+
+    lib = lc._lib()
+    assert lc.gpu_layers("cpu") == 0
+    with pytest.raises(UserError, match="backend llama.cpp runs on the CPU or a CUDA GPU"):
+        lc.gpu_layers("mps")
+    if not lib.llama_supports_gpu_offload():
+        with pytest.raises(UserError, match='CMAKE_ARGS="-DGGML_CUDA=on" pip install'):
+            lc.gpu_layers("cuda")
+        with pytest.raises(UserError, match="no GPU offload"):
+            choose("llama.cpp", True, "cuda")
+        monkeypatch.setattr(lib, "llama_supports_gpu_offload", lambda: True)
+    assert lc.gpu_layers("cuda") == lc.gpu_layers("cuda:1") == lc.ALL_LAYERS == -1
+    assert choose("llama.cpp", True, "cuda") == "llama.cpp"
+    asked = []
+    load = lib.llama_model_load_from_file
+
+    def spy(path, params):
+        asked.append((params.n_gpu_layers, params.main_gpu, params.split_mode))
+        return load(path, params)
+
+    monkeypatch.setattr(lib, "llama_model_load_from_file", spy)
+    small, large = tiny_gguf_pair()
+    s, _ = load_backend(str(small), "small", "llama.cpp", "cpu", threads=1, n_ctx=256)
+    g, _ = load_backend(str(large), "large", "llama.cpp", "cuda", threads=1, n_ctx=256)
+    assert asked[0][0] == 0 and asked[1][0] == -1  # small on the CPU, large all on the GPU
+    assert (s.info.device, g.info.device) == ("cpu", "cuda") and g.n_gpu_layers == -1
+    lc.LlamaCppBackend(large, g.info, threads=1, n_ctx=256, device="cuda:0")
+    assert asked[-1] == (-1, 0, lib.LLAMA_SPLIT_MODE_NONE)  # one named GPU holds it all

@@ -153,9 +153,9 @@ def test_report_divides_by_large_only_on_each_machine_and_lists_the_anchor(tmp_p
         return [c.strip() for c in line.strip("|").split("|")]
 
     # before the anchor, speculative's machine (B by id) has no large-only session known
-    assert cells(before, "Runs", "speculative")[-1] == "—"
-    assert cells(md, "Runs", "speculative")[-1] == f"{12 / 13:.2f}"
-    assert cells(md, "Runs", "small")[-1] == "2.00"
+    assert cells(before, "Throughput (measured)", "speculative")[6] == "—"
+    assert cells(md, "Throughput (measured)", "small")[6] == "2.00"
+    assert cells(md, "Throughput (measured)", "large")[6] == "1.00"  # by definition
     speed = cells(md, "Throughput (measured)", "speculative")
     assert speed[3] == "B 66" and speed[6] == f"{12 / 13:.2f}"
     assert cells(md, "Large-only on each machine", "A")[1:] == [
@@ -210,7 +210,7 @@ def test_a_run_with_nothing_decoded_yet_has_no_rates(tmp_path):
     table = md.split("### Throughput (measured)")[1].split("###")[0]
     row = next(x for x in table.splitlines() if x.startswith("| random |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[3].endswith(" 0") and cells[4:] == ["—"] * 5
+    assert cells[3].endswith(" 0") and cells[4:] == ["—"] * 7
     # nor is it paired with a control (it has no share yet: it was paired with large, "1.000
     # (not matched)", the nearest to nothing)
     table = md.split("### Paired vs control at the same share")[1].split("###")[0]

@@ -58,7 +58,7 @@ def test_runs_read_in_the_order_of_their_share(results, tmp_path):
     rows 0.35, 0.2, 0.1 beside other routers' 0.1, 0.2, 0.35."""
     import shutil
 
-    from reports.leaderboard import paired_table, router_metrics, runs_table
+    from reports.tables import TaskRuns, paired_table, runs_table
 
     copy = tmp_path / "results"
     shutil.copytree(results, copy)
@@ -69,9 +69,10 @@ def test_runs_read_in_the_order_of_their_share(results, tmp_path):
     reward = df[df["router"] == "reward"]
     assert list(reward["setting_value"]) == [2.0, 4.0, 1.0]
     assert reward["large_token_share"].is_monotonic_increasing
-    settings = [r[1] for r in runs_table(df, router_metrics(df)).rows if r[0] == "reward"]
-    assert settings == ["threshold=2", "threshold=4", "threshold=1"]
-    assert [r[1] for r in paired_table(df, {}).rows if r[0] == "reward"] == settings
+    task = TaskRuns.of(df)
+    settings = [r[1] for r in runs_table(task).rows if r[0] == "reward"]
+    assert settings == ["threshold 2", "threshold 4", "threshold 1"]
+    assert [r[1] for r in paired_table(task).rows if r[0] == "reward"] == settings
 
 
 def test_load_runs_recomputes_missing_summary(results):
@@ -96,14 +97,14 @@ def test_write_report_files(results, tmp_path):
     html_path = write_report(results, tmp_path / "report")
     assert html_path == tmp_path / "report" / "leaderboard.html"
     names = sorted(p.name for p in (tmp_path / "report").iterdir())
-    assert "leaderboard.md" in names and len([n for n in names if n.endswith(".png")]) == 4
+    assert "leaderboard.md" in names and len([n for n in names if n.endswith(".png")]) == 5
     page = html_path.read_text()
-    assert "<table>" in page and "<th>APGR (token)</th>" in page and "reward" in page
-    assert (
-        page.count('<img alt="') == 4
-        and '<img alt="quality_vs_share" src="data:image/png;base64,' in page
-    )
+    assert "<table>" in page and '<th><a href="#def-apgr">APGR (token)</a></th>' in page
+    assert page.count('<img alt="') == 5 and '<img alt="quality_vs_share" width="800"' in page
+    assert 'src="data:image/png;base64,' in page
     assert 'src="http' not in page and "<script" not in page  # static, no external assets
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+    assert page.count('<div class="scroll"><table>') == page.count("<table>")  # each scrolls
     md = (tmp_path / "report" / "leaderboard.md").read_text()
     assert "| router | setting | n | quality [95% CI] |" in md and "![quality_vs_share](" in md
     for png in (tmp_path / "report").glob("*.png"):
@@ -112,6 +113,13 @@ def test_write_report_files(results, tmp_path):
     for name, caption in CAPTIONS.items():
         assert f'<figure><figcaption>{html.escape(caption)}</figcaption><img alt="{name}"' in page
         assert f"*{caption}*\n\n![{name}](" in md
+    # reading order: the goal, the main plot, the verdicts, the runs (collapsed), the speed,
+    # then setup and provenance (collapsed) and the definitions
+    order = ["Quality goal", "quality_vs_share", "Paired vs control", "<summary>Runs",
+             "Throughput (measured)", "<summary>Provenance", "Definitions"]  # fmt: skip
+    where = [md.index(x) for x in order]
+    assert where == sorted(where), order
+    assert page.index('id="headline"') < page.index("<table>")  # the answer before any table
 
 
 def test_write_report_is_deterministic(results, tmp_path):
@@ -127,6 +135,7 @@ def test_write_report_is_deterministic(results, tmp_path):
 def test_reports_import_no_model_code(results, tmp_path):
     code = (
         "import sys, reports, reports.load, reports.plots, reports.leaderboard, reports.demo\n"
+        "import reports.site, reports.render, reports.tables, reports.speed, reports.screenshot\n"
         f"reports.write_report({str(results)!r}, {str(tmp_path / 'r')!r})\n"
         "bad = [m for m in ('torch', 'transformers', 'accelerate', 'gguf') if m in sys.modules]\n"
         "assert not bad, bad\n"
@@ -136,77 +145,123 @@ def test_reports_import_no_model_code(results, tmp_path):
 
 PUBLISHED = ROOT / "reports" / "published"
 PUBLISHED_TASKS = sorted(p.parents[1].name for p in PUBLISHED.glob("*/report/leaderboard.md"))
-EDITION_N = {"gsm8k": 200, "mbpp": 200, "humaneval": 85}  # issue 14: the test examples per task
+EDITION_N = {"gsm8k": 200, "mbpp": 200, "humaneval": 85}  # the test examples per task
 
 
 def test_published_edition_holds_its_tasks():
-    """The second edition publishes its three tasks, and only them: the first release's n = 10
-    folders went."""
+    """The edition publishes its three tasks, and only them."""
     assert set(PUBLISHED_TASKS) == set(EDITION_N), PUBLISHED_TASKS
 
 
-@pytest.mark.parametrize("task", PUBLISHED_TASKS)
-def test_published_leaderboard_is_what_report_writes_from_its_runs(task, tmp_path):
-    """The committed leaderboard (reports/published) regenerates from its committed run folders.
-    Compared: the Markdown (tables, provenance). The PNGs, and so the HTML that embeds them, are
-    byte-identical only under the matplotlib version that drew them (checked by hand on re-run)."""
-    src = PUBLISHED / task
-    write_report(src, tmp_path / "report")
-    fresh = (tmp_path / "report" / "leaderboard.md").read_text()
-    assert fresh == (src / "report" / "leaderboard.md").read_text()
-    assert f"| large | — | {EDITION_N[task]} |" in fresh  # the real sweep, not an empty table
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory) -> Path:
+    """The published edition written afresh from its run folders by the one command
+    (`hybridbench report reports/published --out OUT`)."""
+    from harness.cli.main import main
+
+    out = tmp_path_factory.mktemp("edition")
+    assert main(["report", str(PUBLISHED), "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("page", ["index.md", *(f"{t}/report/leaderboard.md" for t in EDITION_N)])
+def test_published_leaderboard_is_what_report_writes_from_its_runs(page, edition):
+    """The committed leaderboard (reports/published: the index and each task's page)
+    regenerates from its committed run folders. Compared: the Markdown (tables, provenance).
+    The PNGs, and so the HTML that embeds them, are byte-identical only under the matplotlib
+    version that drew them (checked by hand on re-run)."""
+    fresh = (edition / page).read_text()
+    assert fresh == (PUBLISHED / page).read_text()
+    task = page.split("/")[0]
+    if task in EDITION_N:  # the real sweep, not an empty table
+        assert f"| large | — | {EDITION_N[task]} |" in fresh
+    else:
+        assert all(f"[{t}]({t}/report/leaderboard.md)" in fresh for t in EDITION_N)
+
+
+def test_edition_pages_link_each_other_and_read_the_answer_first(edition):
+    """The index leads with the question and the router x task matrix; each task page links
+    the index and the other tasks, and its goal table comes before every other table."""
+    index = (edition / "index.html").read_text()
+    assert index.index('id="headline"') < index.index('id="matrix"') < index.index("<table")
+    for t in EDITION_N:
+        assert f'<a href="{t}/report/leaderboard.html">' in index
+        page = (edition / t / "report" / "leaderboard.html").read_text()
+        assert '<a href="../../index.html">Index</a>' in page and f"<strong>{t}</strong>" in page
+        others = [o for o in EDITION_N if o != t]
+        assert all(f'<a href="../../{o}/report/leaderboard.html">' in page for o in others)
+        assert page.index('id="headline"') < page.index('id="goal"') < page.index("<table")
+    # the matrix: a row per router, a column per task, each cell gap · verdict · speed
+    md = (edition / "index.md").read_text()
+    row = next(x for x in md.splitlines() if x.startswith("| large only |"))
+    assert row.count("100.0% · 1.00×") == len(EDITION_N)
 
 
 def test_paired_speed_and_transfer_tables(results, tmp_path):
     """Each router row is paired with the control run at the nearest large-token share (the
     difference is `metrics.paired_difference` of the two runs); a run of a router trained on
-    another task moves to the transfer table; modeled speed is the cost model's."""
+    another task moves to the transfer table; modeled speed is the cost model's; measured and
+    modeled throughput never share a column, and large-only is 1.00 by definition."""
     import shutil
 
     from harness.metrics import quality as metrics
     from harness.metrics.costmodel import PROFILES, modeled_latency
-    from reports.leaderboard import paired_table, speed_table, transfer_table
+    from reports.load import add_speed
+    from reports.speed import speed_table
+    from reports.tables import TaskRuns, paired_table, transfer_table
 
     copy = tmp_path / "results"
     shutil.copytree(results, copy)
     moved = copy / "reward_threshold1" / "summary.json"
     summary = json.loads(moved.read_text())
     moved.write_text(json.dumps({**summary, "transfer": True, "router_trained_on": "mbpp"}))
-    df = load_runs(copy)
-    cache: dict = {}
-    paired = paired_table(df, cache)
-    rows = {(r[0], r[1]): r for r in paired.rows}
+    reused = copy / "random_rate0.75" / "summary.json"  # as if its answers were reused
+    reused.write_text(json.dumps({**json.loads(reused.read_text()), "throughput_modeled": True}))
+    task = TaskRuns.of(add_speed(load_runs(copy)))
+    df = task.runs
+    assert list(task.transfer["run"]) == ["reward_threshold1"]
+    rows = {(r[0], r[1]): r for r in paired_table(task).rows}
     randoms = df[df["router"].isin(["random", "small", "large"])]  # small, large: p = 0 and 1
     for _, r in df[df["router"].isin(["reward", "speculative"])].iterrows():
-        row = rows[(r["router"], r["setting"] or "—")]
+        row = rows[(r["router"], task.setting(r))]
         nearest = randoms.loc[
             (randoms["large_token_share"] - r["large_token_share"]).abs().idxmin()
         ]
         d = metrics.paired_difference(
             read_records(r["path"]), read_records(nearest["path"]), r["metric"]
         )
-        want = f"{nearest['router']} {nearest['setting'] or ''}".strip()
+        want = nearest["router"]
+        if want == "random":
+            want += f" {task.setting(nearest)}"
         assert row[3] == want and row[5] == str(d["n"]) and d["n"] > 0
         assert row[6].startswith(f"{d['diff']:+.3f} [")
         assert row[7] in ("better", "worse", "no difference")
-    speed = speed_table(df, df.iloc[:0][["router"]], cache)
-    small = next(r for r in speed.rows if r[0] == "small")
+    speed = {(r[0], r[1]): r for r in speed_table(task).rows}
+    small = speed[("small", "—")]
     run = df[df["router"] == "small"].iloc[0]
     manifest = json.loads((Path(run["path"]) / "manifest.json").read_text())
     want = modeled_latency(read_records(run["path"]), manifest, PROFILES["h100"])
     assert small[-1] == f"{want['modeled_tok_per_s']:.1f}"
-    write_report(copy, tmp_path / "report")
-    md = (tmp_path / "report" / "leaderboard.md").read_text()
+    assert speed[("large", "—")][6:9] == ("1.00", "—", "—")  # large-only: 1.00 by definition
+    assert small[6] != "—" and small[7:9] == ("—", "—")  # measured: the modeled columns empty
+    modeled = speed[("random", "rate = 0.75")]
+    assert modeled[4:7] == ("—", "—", "—") and modeled[8] != "—"  # (no tok/s: a toy run)
+    md = (write_report(copy, tmp_path / "report").parent / "leaderboard.md").read_text()
     runs_section = md.split("### Runs")[1].split("### Routers")[0]
-    assert "threshold=1 " not in runs_section.replace("|", " ")  # moved out of the runs table
+    assert "threshold 1 " not in runs_section.replace("|", " ")  # moved out of the runs table
     transfer = md.split("### Transfer: routers trained on another task")[1]
-    assert "| reward | threshold=1 | mbpp |" in transfer
-    assert transfer_table(df[df["run"] == "reward_threshold1"]).rows[0][2] == "mbpp"
+    assert "| reward | threshold 1 | mbpp |" in transfer
+    assert transfer_table(task).rows[0][2] == "mbpp"
     # the transfer row against the task's own random runs, paired as in-task rows are
-    (row,) = paired_table(df[df["transfer"].fillna(False).astype(bool)], cache, controls=df).rows
-    assert row[:2] == ("reward", "threshold=1") and row[3].startswith("random ")
+    (row,) = paired_table(task, transfer=True).rows
+    assert row[:2] == ("reward", "threshold 1") and row[3].startswith("random ")
     paired_transfer = md.split("### Transfer: paired vs control at the same share")[1]
-    assert "| reward | threshold=1 |" in paired_transfer.split("###")[0]
+    assert "| reward | threshold 1 |" in paired_transfer.split("###")[0]
+    # and it joins the quality goal and the plot, marked as transfer
+    goal = md.split("### Quality goal")[1].split("###")[0]
+    assert "| reward (transfer) |" in goal and goal.split("| reward (transfer) |")[1].split("\n")[
+        0
+    ].endswith(" threshold 1 |")
 
 
 def test_small_only_is_the_control_at_share_zero(results, tmp_path):
@@ -215,7 +270,7 @@ def test_small_only_is_the_control_at_share_zero(results, tmp_path):
     all, a router far from both ends has no control."""
     import shutil
 
-    from reports.leaderboard import paired_table
+    from reports.tables import TaskRuns, paired_table
 
     copy = tmp_path / "results"
     shutil.copytree(results, copy)
@@ -223,10 +278,10 @@ def test_small_only_is_the_control_at_share_zero(results, tmp_path):
         shutil.rmtree(d)
     moved = copy / "reward_threshold1" / "summary.json"
     moved.write_text(json.dumps({**json.loads(moved.read_text()), "large_token_share": 0.01}))
-    rows = {r[:2]: r for r in paired_table(load_runs(copy), {}).rows}
-    near = rows[("reward", "threshold=1")]
+    rows = {r[:2]: r for r in paired_table(TaskRuns.of(load_runs(copy))).rows}
+    near = rows[("reward", "threshold 1")]
     assert near[3:5] == ("small", "0.000") and near[5] == "12" and near[7] != "—"
-    assert rows[("reward", "threshold=2")][3:] == ("no random run", "—", "—", "—", "—")
+    assert rows[("reward", "threshold 2")][3:] == ("no random run", "—", "—", "—", "—")
 
 
 def test_per_router_panels_wrap_four_to_a_row(results):
@@ -251,16 +306,17 @@ def test_per_router_panels_wrap_four_to_a_row(results):
 
 
 def test_plots_color_each_router_alike_and_leave_out_runs_not_decoded(results, monkeypatch):
-    """Every plot gives a router the same color (the panels colored routers by their own list
-    and the quality plot by another: random was green in one and orange in the next), and a run
-    the chain has just started (no example, no quality) draws neither a legend entry nor an
-    empty panel."""
+    """Every plot gives a router its one colour and marker (reports.style: fixed, whatever the
+    other routers of the page; random was green in one plot and orange in the next), runs of a
+    router trained on another task are hollow, and a run the chain has just started (no
+    example, no quality) draws neither a legend entry nor an empty panel."""
     import math
 
     import pandas as pd
     from matplotlib.colors import to_hex
 
     from reports import plots
+    from reports.style import style
 
     df = load_runs(results)
     started = df[df["router"] == "reward"].iloc[:1].assign(
@@ -276,6 +332,17 @@ def test_plots_color_each_router_alike_and_leave_out_runs_not_decoded(results, m
     plots.quality_vs_share(df)
     legend = colors(figs[-1].axes[0])
     assert {"random", "reward", "speculative"} <= set(legend) and "citer" not in legend
+    for router in ("random", "reward", "speculative"):
+        assert legend[router] == style(router).color, router
+    lines = {ln.get_label(): ln for ln in figs[-1].axes[0].get_lines()}
+    assert lines["reward"].get_marker() == style("reward").marker
+    # a transfer run: its own series, hollow, in its router's colour
+    moved = df.assign(transfer=df["run"] == "reward_threshold1")
+    plots.quality_vs_share(moved)
+    lines = {ln.get_label(): ln for ln in figs[-1].axes[0].get_lines()}
+    assert lines["reward (transfer)"].get_markerfacecolor() == "white"
+    assert to_hex(lines["reward (transfer)"].get_color()) == style("reward").color
+    assert to_hex(lines["reward"].get_markerfacecolor()) == style("reward").color
     plots.share_vs_setting(df)
     panels = {ax.get_title(): ax for ax in figs[-1].axes if ax.get_title()}
     # no empty citer panel, and none for speculative: one setting (k = 4) is a point, not a curve
@@ -299,8 +366,10 @@ def test_quality_plot_zooms_the_token_axis_to_the_shares_run(results, monkeypatc
     routed = df[~df["router"].isin(["small", "large"])]
     low = df[df["router"].isin(["small", "large"]) | (df["large_token_share"] < 0.6)]
     top = float(low.loc[low.index.isin(routed.index), "large_token_share"].max())
+    plots.quality_vs_call_share(low)
+    call = figs[-1].axes[0]
     plots.quality_vs_share(low)
-    token, call = figs[-1].axes[:2]
+    token = figs[-1].axes[0]
     assert token.get_xlim()[1] == pytest.approx(top + 0.05) and "axis cut" in token.get_xlabel()
     assert call.get_xlim() == pytest.approx((-0.02, 1.02))
     markers = {ln.get_label(): ln.get_marker() for ln in token.get_lines()}
@@ -325,17 +394,22 @@ def test_quality_plot_zooms_the_token_axis_to_the_shares_run(results, monkeypatc
 
 
 def test_html_keeps_numbers_on_one_line_and_lets_long_text_wrap():
-    """A number with its interval stays on one line (class num: nowrap); a long cell that only
-    starts with a digit (the setup table's list of commits) wraps, where nowrap pushed its column
-    and the machines beside it past a laptop's screen."""
-    from reports.leaderboard import Table, _html_table
+    """A short cell (a number with its interval, a setting) stays on one line (class num:
+    nowrap), so that a row of a table scrolling sideways on a phone keeps one line; a long cell
+    (the setup table's list of commits) wraps, where nowrap pushed its column and the machines
+    beside it past a laptop's screen; a matrix of short phrases (`wrap`) wraps everywhere."""
+    from reports.render import html_table
+    from reports.tables import Table
 
     commits = "; ".join(f"{i}7d6b94150a5" for i in range(8))
     t = Table("t", ("a", "b"), (("+0.260 [+0.195, +0.330]", commits), ("0.25 (modeled)", "x")))
-    html = _html_table(t)
+    html = html_table(t)
     assert '<td class="num">+0.260 [+0.195, +0.330]</td>' in html
     assert '<td class="num">0.25 (modeled)</td>' in html
     assert f"<td>{commits}</td>" in html
+    setting = "target 20% (threshold 0.351)"
+    assert f'<td class="num">{setting}</td>' in html_table(Table("t", ("s",), ((setting,),)))
+    assert f"<td>{setting}</td>" in html_table(Table("t", ("s",), ((setting,),), wrap=True))
 
 
 def test_a_table_with_no_rows_says_so(results, tmp_path):
@@ -355,10 +429,12 @@ def test_a_table_with_no_rows_says_so(results, tmp_path):
 
 def test_quality_goal_table_takes_each_routers_best_run_under_the_share(results):
     from harness.metrics.frontier import pgr
-    from reports.leaderboard import GOAL_SHARE, goal_table
+    from reports.leaderboard import GOAL_SHARE
+    from reports.load import add_speed
+    from reports.tables import TaskRuns, goal_table
 
     df = load_runs(results)
-    table = goal_table(df)
+    table = goal_table(TaskRuns.of(add_speed(df)))
     q_small, q_large = (df[df.router == r].quality.mean() for r in ("small", "large"))
     rate_large = df[df.router == "large"].tok_per_s.mean()  # the demo's runs predate throughput
     rows = {row[0]: row for row in table.rows}
@@ -367,11 +443,14 @@ def test_quality_goal_table_takes_each_routers_best_run_under_the_share(results)
     for router, row in rows.items():
         under = df[(df.router == router) & (df.large_token_share <= GOAL_SHARE)]
         best = under.sort_values("quality", ascending=False).iloc[0]
-        assert row[3].startswith(f"{best.quality:.3f} [")
-        assert row[4] == f"{100 * pgr(best.quality, q_small, q_large):.1f}%"
-        assert row[5] == f"{best.tok_per_s / rate_large:.2f}"
-    qualities = [float(row[3].split()[0]) for row in table.rows]
+        assert row[4].startswith(f"{best.quality:.3f} [")
+        assert row[1] == f"{100 * pgr(best.quality, q_small, q_large):.1f}%"
+        verdicts = ("better", "worse", "no difference")
+        assert row[2] == "control" if router == "random" else row[2] in verdicts
+        assert row[5:7] == (f"{best.tok_per_s / rate_large:.2f}", "—")  # measured, not modeled
+    qualities = [float(row[4].split()[0]) for row in table.rows]
     assert qualities == sorted(qualities, reverse=True)
+    assert table.note.startswith("Sorted by gap recovered, best first.")
 
 
 @pytest.mark.parametrize(
@@ -381,7 +460,7 @@ def test_quality_goal_table_takes_each_routers_best_run_under_the_share(results)
      ("device-latency-h100-llamacpp-edition2.json", "engine llama.cpp (llama-cpp-python 0.3.36")],
 )  # fmt: skip
 def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path, name, engine):
-    """A results folder's device/*.json (scripts/device_latency.py) becomes a table: measured
+    """A results folder's device/*.json (benchmarks/device_latency.py) becomes a table: measured
     tok/s from the examples' own tokens and seconds, beside the modeled figures it recorded,
     under a title that names the engine (files of session 6 have none: transformers), and each
     row's setting without its file arguments (an entropy row's calibration path)."""
@@ -396,7 +475,7 @@ def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path, name, engine):
     shutil.copy(data, copy / "device" / data.name)
     md = (write_report(copy, tmp_path / "report").parent / "leaderboard.md").read_text()
     assert "NVIDIA H100 80GB HBM3" in md and engine in md
-    md = md.split("\n## Measured on a GPU machine\n")[1]
+    md = md.split("<summary>Measured on a GPU machine</summary>")[1].split("</details>")[0]
     d = json.loads(data.read_text())
     for name, row in d["rows"].items():
         ex = row["examples"]
@@ -450,7 +529,7 @@ def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
     assert rows["anchors/m2"][2:] == rows["large"][2:]
     assert list(rows)[-2:] == ["anchors/m2", "all runs"]  # after the runs, before their sum
     assert rows["all runs"][3:] == ["5", "36", "300", "2.75", "13.1"]
-    assert "- Cost: what each run took" in md
+    assert '<a id="def-cost"></a>**cost**: what each run took' in md
     setup = md.split("### Setup (from the run manifests)")[1].split("###")[0]
     assert "| dates | 2025-01-01 to 2025-02-03 |" in setup  # the runs' starts, then the session
     machines = setup.split("| machines |")[1].split("\n")[0]
@@ -463,11 +542,11 @@ def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
     assert f"| code commits | {'0' * 12}; {'f' * 12} |" in setup  # the demo's, the session's
     assert "| batch sizes | 1; 8; 16 |" in setup
     plain = (write_report(results, tmp_path / "plain").parent / "leaderboard.md").read_text()
-    assert "### Cost" not in plain and "- Cost:" not in plain and "### Setup" not in plain
+    assert "### Cost" not in plain and "**cost**:" not in plain and "### Setup" not in plain
 
 
 def test_training_cost_table(tmp_path):
-    """scripts/training_cost.py: each training folder's cost.jsonl summed (resumed invocations
+    """`hybridbench training-cost`: each training folder's cost.jsonl summed (resumed invocations
     too), its examples from what it holds, and a run's cost from its summary."""
     data, run = tmp_path / "reward-data", tmp_path / "gsm8k-train-small"
     data.mkdir()
@@ -487,8 +566,8 @@ def test_training_cost_table(tmp_path):
     summary = {"n": 10, "examples_per_hour": 20.0, "tokens_per_example": 30.5, "router": "small",
                "split": "train", "task": "gsm8k"}  # fmt: skip
     (run / "summary.json").write_text(json.dumps(summary))
-    out = subprocess.run([sys.executable, "scripts/training_cost.py", str(tmp_path)], cwd=ROOT,
-                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "harness.cli.main", "training-cost", str(tmp_path)],
+                         cwd=ROOT, check=True, capture_output=True, text=True).stdout  # fmt: skip
     row = "| reward-data | reward-data | 20 prompts (gsm8k, mbpp) | 2 | 1.00 | 0.90 (1 of 2"
     assert row + " invocations) | 1,000 |" in out
     assert (
@@ -497,7 +576,7 @@ def test_training_cost_table(tmp_path):
 
 
 def test_paper_tables(results):
-    """scripts/paper_tables.py: one row per reward run, sorted by threshold, with small's and
+    """benchmarks/paper_tables.py: one row per reward run, sorted by threshold, with small's and
     large's quality beside it and each run's throughput against large-only's (the Runs table's)."""
     from reports.leaderboard import _speed_cell, quality_cell
     from reports.load import add_speed
@@ -518,7 +597,7 @@ def test_paper_tables(results):
 
 
 def test_step_times(tmp_path):
-    """scripts/step_times.py: steps after the prefill split by whether small drafted, with the
+    """benchmarks/step_times.py: steps after the prefill split by whether small drafted, with the
     tokens each kind emitted (kept drafts + large's token) and their recorded seconds."""
     from tests import load_script
 
@@ -529,3 +608,25 @@ def test_step_times(tmp_path):
     got = load_script("step_times").step_times(tmp_path)
     assert got["speculative"] == {"steps": 1, "tokens": 3, "seconds": 2.0}
     assert got["large alone"] == {"steps": 2, "tokens": 2, "seconds": 0.75}
+
+
+def test_a_folder_of_two_tasks_gets_a_page_each_and_an_index(results, tmp_path):
+    """Runs of two tasks in one folder: a page per task beside an index that links both."""
+    import shutil
+
+    mixed = tmp_path / "mixed"
+    for run in results.iterdir():
+        shutil.copytree(run, mixed / run.name)
+        copy = mixed / f"other-{run.name}"
+        shutil.copytree(run, copy)
+        for name in ("manifest.json", "summary.json"):
+            if (copy / name).is_file():
+                data = json.loads((copy / name).read_text())
+                (copy / name).write_text(json.dumps({**data, "task": "other-task"}))
+    index = write_report(mixed)
+    assert index == mixed / "report" / "index.html"
+    md = (mixed / "report" / "index.md").read_text()
+    for task in ("demo-arith", "other-task"):
+        assert f"[{task}](leaderboard-{task}.md)" in md
+        page = (mixed / "report" / f"leaderboard-{task}.html").read_text()
+        assert '<a href="index.html">Index</a>' in page and f"<strong>{task}</strong>" in page

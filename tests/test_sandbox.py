@@ -1,5 +1,9 @@
 """Hostile programs against harness.sandbox: each must end with a clear status, harness unharmed.
 
+`run_python` runs one program; `run_tests` a solution and its tests as two processes, checked
+here for what crosses between them and what the solution cannot reach (the scorers' hacks are
+in tests/test_scoring_hacks.py).
+
 Tests that need a layer (privilege drop, network or mount namespace) skip with the reason when
 this machine does not grant it; `test_root_gets_every_layer` fails instead when running as root,
 so CI (root) notices lost isolation. Every run has a timeout of a few seconds at most.
@@ -26,10 +30,13 @@ from harness.sandbox import (
     Isolation,
     Limits,
     SandboxSetupError,
-    _run,
     isolation_report,
     run_python,
+    run_tests,
+    tested,
 )
+from harness.sandbox.calls import decode, encode
+from harness.sandbox.supervise import _run
 
 REPO = Path(__file__).resolve().parents[1]
 SLACK_S = 2.0  # start-up and kill time allowed beyond a timeout on a busy 2-core machine
@@ -104,7 +111,7 @@ def test_early_exit_does_not_reach_the_end(code):
 
 def test_the_token_is_nowhere_the_code_can_look(monkeypatch):
     token = "5ec7e7" * 6
-    monkeypatch.setattr("harness.sandbox.secrets.token_hex", lambda nbytes: token)
+    monkeypatch.setattr("harness.sandbox.supervise.secrets.token_hex", lambda nbytes: token)
     code = (
         "import os, sys\n"
         "print(open(__file__).read(), dict(os.environ), sys.argv, sys.orig_argv)\n"
@@ -367,14 +374,166 @@ def test_non_root_falls_back_and_says_so():
         pytest.skip("needs root, setpriv and /usr/bin/python3 to become an ordinary user")
     script = (
         "import json\nfrom dataclasses import asdict\n"
-        "from harness.sandbox import isolation_report, run_python\n"
-        "print(json.dumps([asdict(isolation_report()), asdict(run_python('print(3 * 3)'))]))\n"
+        "from harness.sandbox import Tests, isolation_report, run_python, run_tests\n"
+        "checked = run_tests('def f(x):\\n    return x\\n', Tests('assert f(3) == 3', ('f',)))\n"
+        "report, result = asdict(isolation_report()), asdict(run_python('print(3 * 3)'))\n"
+        "print(json.dumps([report, result, checked.passed]))\n"
     )
     argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", script]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    report, result = json.loads(done.stdout)
+    report, result, passed = json.loads(done.stdout)
     assert report["privilege_drop"] is False
     assert any("needs root" in note for note in report["notes"])
     assert (result["status"], result["stdout"]) == ("ok", "9\n")
+    assert passed  # a solution and its tests, as an ordinary user
+
+
+# ---------------------------------------------------------------- a solution against its tests
+
+DOUBLE = "def double(x):\n    return 2 * x\n"
+
+
+def test_a_solution_passes_or_fails_its_tests():
+    assert run_tests(DOUBLE, tested.Tests("assert double(21) == 42\n", ("double",))).passed
+    failed = run_tests(DOUBLE, tested.Tests("assert double(2) == 5\n", ("double",)))
+    assert not failed.passed and "AssertionError" in failed.tests.stderr
+    assert failed.solution.status == "ok"  # it answered; the tests judged
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        3,
+        -(2**100),
+        2.5,
+        float("inf"),
+        -0.0,
+        1 + 2j,
+        "é\ud800",
+        b"\x00",
+        bytearray(b"a"),
+        (1, [2, (3,)]),
+        {"a": 1, (1, 2): {3}},
+        frozenset({1}),
+        set(),
+        range(1, 9, 2),
+    ],
+    ids=repr,
+)
+def test_plain_values_cross_with_their_exact_types(value):
+    back = decode(json.loads(json.dumps(encode(value, keep=None))), handle=None)
+    assert type(back) is type(value) and repr(back) == repr(value)
+
+
+def test_subclasses_cross_as_their_base_type_and_objects_as_handles():
+    code = (
+        "import collections, decimal, fractions\n"
+        "Point = collections.namedtuple('Point', 'x y')\n"
+        "class Node:\n    pass\n"
+        "def values():\n"
+        "    return (Point(1, 2), collections.OrderedDict(a=1), collections.Counter('aab'),\n"
+        "            decimal.Decimal('0.1'), fractions.Fraction(1, 3))\n"
+        "def node():\n    return Node()\n"
+        "def is_node(n):\n    return isinstance(n, Node)\n"
+    )
+    tests = (
+        "import decimal, fractions\n"
+        "point, ordered, counter, dec, frac = values()\n"
+        "assert type(point) is tuple and point == (1, 2)\n"
+        "assert type(ordered) is dict and type(counter) is dict and counter == {'a': 2, 'b': 1}\n"
+        "assert dec == decimal.Decimal('0.1') and frac == fractions.Fraction(1, 3)\n"
+        "n = node()\n"
+        "assert n == n and n != node() and n != 0 and is_node(n) and not is_node(3)\n"
+    )
+    verdict = run_tests(code, tested.Tests(tests, ("values", "node", "is_node")))
+    assert verdict.passed, verdict.tests.stderr
+
+
+def test_iterators_and_dict_views_cross_as_what_the_tests_can_do_with_them():
+    code = (
+        "import collections\n"
+        "def squares(n):\n    return (i * i for i in range(n))\n"
+        "def pairs():\n    return zip('ab', [1, 2])\n"
+        "def views():\n    d = {'b': 1, 'a': 2}\n    return d.keys(), d.values(), d.items()\n"
+        "def queue():\n    return collections.deque([1, 2])\n"
+    )
+    tests = (
+        "import collections\n"
+        "assert list(squares(4)) == [0, 1, 4, 9] and squares(2) != [0, 1]\n"
+        "assert dict(pairs()) == {'a': 1, 'b': 2}\n"
+        "keys, values, items = views()\n"
+        "assert keys == {'a', 'b'} and list(keys) == ['b', 'a'] and sorted(values) == [1, 2]\n"
+        "assert items == {('a', 2), ('b', 1)} and values != [1, 2]\n"
+        "assert queue() == collections.deque([1, 2]) and queue() != [1, 2]\n"
+    )
+    verdict = run_tests(code, tested.Tests(tests, ("squares", "pairs", "views", "queue")))
+    assert verdict.passed, verdict.tests.stderr
+
+
+def test_exceptions_cross_as_builtin_types_and_system_exit_fails():
+    code = "import sys\ndef parse(s):\n    return int(s)\ndef leave():\n    sys.exit(0)\n"
+    expects = (
+        "try:\n    parse('x')\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError\n"
+    )
+    assert run_tests(code, tested.Tests(expects, ("parse",))).passed
+    left = run_tests(code, tested.Tests("leave()\n", ("leave",)))
+    assert not left.passed and "SolutionError: SystemExit" in left.tests.stderr
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [
+        "import os\nos._exit(0)\n",
+        "raise SystemExit\n",
+        "1 / 0\n",
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+    ],  # fmt: skip
+    ids=["os._exit", "SystemExit", "crash", "SIGKILL"],
+)
+def test_a_solution_that_ends_before_answering_fails(ending):
+    verdict = run_tests(DOUBLE + ending, tested.Tests("assert double(1) == 2\n", ("double",)))
+    assert not verdict.passed
+    assert verdict.tests.status == "error" and not verdict.tests.reached_end
+
+
+def test_a_solution_that_never_answers_times_out():
+    start = time.monotonic()
+    code = "def double(x):\n    while True:\n        pass\n"
+    verdict = run_tests(
+        code, tested.Tests("assert double(1) == 2\n", ("double",)), Limits(timeout_s=1)
+    )
+    assert not verdict.passed and verdict.tests.status == "timeout"
+    assert time.monotonic() - start < 1 + 2 * SLACK_S
+
+
+def test_the_tests_are_nowhere_the_solution_can_look():
+    """The tests hold a fresh marker; the solution reads every file, fd and /proc entry it can
+    reach, reports what it found through an answer, and the marker is not in it."""
+    marker = secrets.token_hex(16)
+    code = (
+        "import glob, os\n"
+        "def seen():\n"
+        "    found = []\n"
+        "    paths = glob.glob('/proc/[0-9]*/fd/*') + glob.glob('/tmp/hybridbench-sandbox-*/**',\n"
+        "                                                     recursive=True)\n"
+        "    for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "        paths += [f'/proc/{pid}/{name}' for name in ('cmdline', 'environ', 'mem')]\n"
+        "    for path in paths:\n"
+        "        try:\n"
+        "            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)\n"
+        "            try:\n"
+        "                found.append(os.read(fd, 1 << 20).decode('latin-1'))\n"
+        "            finally:\n"
+        "                os.close(fd)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return '\\n'.join(found)\n"
+    )
+    tests = f"text = seen()\nassert '{marker}' not in text\nprint(len(text))\n"
+    verdict = run_tests(code, tested.Tests(tests, ("seen",)))
+    assert verdict.passed, verdict.tests.stderr
+    assert int(verdict.tests.stdout) > 1000  # it did read things

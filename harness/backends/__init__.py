@@ -1,15 +1,7 @@
 """Model backends: the only way the decoding core reaches a model.
 
-A backend holds one model and its KV cache for one generation. The protocol is three calls:
-
-    forward(ids, n_rows, hidden) -> (outputs [n_rows, V], hidden [n_rows, H] | None)
-        append `ids` to the cache; return the outputs at the last `n_rows` fed positions
-        (next-token logits for a language model, one scalar per token for a reward model)
-    crop(n)  -> keep only the first n cached tokens (rollback)
-    reset()  -> empty the cache for a new prompt
-
-plus `length` (tokens in the cache), `info` (a `ModelInfo` for the cost model) and `sync()`
-(wait for the device so timers measure finished work). One module per backend:
+A backend holds one model and its KV cache for one generation, behind the protocol of
+`harness.core.backend` (forward, crop, reset, sync, length, info). One module per backend:
 
     hf.py        transformers (`HFBackend`): GPU, and CPU for models with no GGUF
     llamacpp.py  llama.cpp in process (`LlamaCppBackend`): what CPU users deploy, reads the
@@ -18,8 +10,19 @@ plus `length` (tokens in the cache), `info` (a `ModelInfo` for the cost model) a
 
 Batching (`harness.core.scheduler.generate_many`): `sequences(backend, n)` gives n backends over the same
 model, one per generation in flight. A backend whose sequences share an `owner` with a
-`forward_batch(calls)` runs their calls together: llama.cpp (sequence ids in one context) and
-remote (concurrent requests); transformers runs them one at a time.
+`forward_batch(calls)` runs their calls together: llama.cpp (sequence ids in one context),
+transformers (slots of one preallocated cache, ragged rows in one pass) and remote (concurrent
+requests).
+
+Outputs: a backend with `summarizes = True` (llama.cpp, transformers) also takes
+`forward(..., level=)`, "stats" or "argmax", and returns a `harness.core.stats.TokenStats`
+instead of full logits rows (computed where the logits are); the core asks for that when the
+router reads no more, and summarizes other backends' rows itself.
+
+Devices: transformers runs where its model was loaded; llama.cpp puts every layer on the GPU
+for a role on "cuda" (`--large-device cuda`) and none for one on "cpu", so small on the CPU and
+large on the GPU is one command (`--backend llama.cpp`); a llama-cpp-python built without GPU
+offload is refused with the line that builds one (docs/speed.md).
 
 `choose()` resolves the `--backend` option (auto, hf, llama.cpp) for one model source.
 """
@@ -40,7 +43,8 @@ def llamacpp_available() -> bool:
 
 def choose(requested: str, is_gguf: bool, device: str) -> str:
     """The backend for one model: `auto` is llama.cpp for a GGUF source on the CPU when
-    llama-cpp-python is installed, else transformers. An explicit choice is checked."""
+    llama-cpp-python is installed, else transformers. An explicit choice is checked: llama.cpp
+    on a GPU needs a llama-cpp-python built with GPU offload (`llamacpp_gpu_offload`)."""
     if requested not in NAMES:
         raise UserError(f"unknown backend {requested!r}; choose one of {', '.join(NAMES)}")
     if requested == "auto":
@@ -56,5 +60,7 @@ def choose(requested: str, is_gguf: bool, device: str) -> str:
                 "backend llama.cpp needs a GGUF model (a packaged name or a .gguf file)"
             )
         if device not in ("cpu", "auto"):
-            raise UserError(f"backend llama.cpp runs on the CPU here, not on {device!r}")
+            from harness.backends.llamacpp import gpu_layers
+
+            gpu_layers(device)  # a clear error for a device it cannot use, or no GPU offload
     return requested

@@ -168,7 +168,9 @@ def load_backend(
     n_seq: int = 1,
 ):
     """(Backend, tokenizer) for one model. `dtype` applies to transformers only: a llama.cpp
-    model computes in the quantized types its GGUF file holds, in a context of `n_seq` sequences."""
+    model computes in the quantized types its GGUF file holds, in a context of `n_seq` sequences,
+    with every layer on the GPU when the role's device is one (`llamacpp.gpu_layers`).
+    `n_ctx`: tokens a sequence holds (transformers: before its preallocated cache grows)."""
     from harness.backends import models
 
     kind = backend_kind(source, backend, device, role)
@@ -176,12 +178,15 @@ def load_backend(
         from harness.backends.hf import HFBackend
 
         m = models.load_model(source, role=role, device=device, dtype=dtype)
-        return HFBackend(m.model, m.info), m.tokenizer
+        return HFBackend(m.model, m.info, n_ctx=n_ctx), m.tokenizer
     from harness.backends import llamacpp
 
+    where = models.pick_device(device, role)
     path, sha = models.gguf_file(source)
-    info = llamacpp.gguf_info(path, role, source, sha)
-    backend = llamacpp.LlamaCppBackend(path, info, threads=threads, n_ctx=n_ctx, n_seq=n_seq)
+    info = llamacpp.gguf_info(path, role, source, sha, device=where)
+    backend = llamacpp.LlamaCppBackend(
+        path, info, threads=threads, n_ctx=n_ctx, n_seq=n_seq, device=where
+    )
     return backend, models.gguf_tokenizer(path, sha)
 
 
@@ -225,10 +230,24 @@ def engine_from_args(args, router=None) -> Engine:
     for role, backend in (router.backends(engine) if router else {}).items():
         engine.add(role, backend)  # models a router brings, e.g. the reward router's
     engine.batch, engine.batch_probe = batch, None
-    if batch == "auto":
+    if batch == "auto" and _transformers_on_cpu(engine):
+        # transformers batches too (`HFBackend.forward_batch`), but in bf16 a batch can move a
+        # greedy near-tie (docs/speed.md): on the CPU, where batching it was never the default,
+        # auto keeps one generation at a time, so such runs' records stay what they were
+        engine.batch = 1
+    elif batch == "auto":
         shape = router.batch_shape() if router is not None else None
         engine.batch, engine.batch_probe = batching.auto(engine, threads, shape)
     return engine
+
+
+def _transformers_on_cpu(engine: Engine) -> bool:
+    """Every model of the engine is a transformers model on the CPU."""
+    from harness.backends.hf import HFSequence
+
+    return all(
+        isinstance(b, HFSequence) and b.owner.device.type == "cpu" for b in engine.backends.values()
+    )
 
 
 def remote_engine(

@@ -1,13 +1,56 @@
-"""The transformers backend: a causal LM with a `DynamicCache` (GPU, and CPU for models with no
-GGUF). Outputs come back as float32 on CPU. See `harness.backends` for the protocol."""
+"""The transformers backend: a causal LM over a preallocated KV cache of n sequences (slots),
+batched across sequences (GPU, and CPU for models with no GGUF). See `harness.backends` for the
+protocol.
+
+    backend = HFBackend(model, info)           # sequence 0 of the model
+    seqs = backend.sequences(8)                # 8 slots over the same weights (backend is the first)
+    backend.forward_batch([(seqs[0], [5, 6, 7], 1, False), (seqs[3], [9], 1, False)])
+
+`forward_batch` runs calls of several slots as ONE forward pass over ragged rows: each row has
+its own cache length and its own number of new tokens. Rows are left-padded to the longest
+call; every token is written into its slot's cache at its own position (`SlotCache`), and an
+additive mask lets each row see its own slot's first `length + t + 1` positions only. Padding
+positions write past their slot's end, which nothing reads before a real token overwrites it.
+The cache is allocated once per model (`n_ctx` tokens a slot, doubled when a sequence outgrows
+it), never per step.
+
+On CUDA a call in which every slot feeds one token (the decode step) runs as a captured CUDA
+graph (`torch.cuda.CUDAGraph`): one graph per key-length bucket (powers of two from
+MIN_KEY_BUCKET up to the capacity), each over all slots at once, so the step is not bound by
+kernel launches. Slots with no call that step feed a dummy token at their own end. Multi-token
+calls (prefill, verify, catch-up) run eagerly. `one_token_step` is the captured function; on a
+CPU it runs eagerly, so tests check that it equals the ragged path (tests/test_hf_batch.py).
+
+Outputs: full logits rows as float32 on CPU, or their summary computed on the model's device
+(`harness.core.stats`: level "stats" / "argmax"), so a greedy step copies a few numbers per row
+to the host instead of a vocabulary-wide row.
+
+Numerics: in float32 a batched row equals the same call alone within ~1e-6 (the same kernels on
+other shapes; masked keys add exp(-inf) = 0). In bfloat16 the matrix products of a batch of
+other shapes round differently: logits move by up to a few hundredths (docs/speed.md), which can
+flip a greedy near-tie, so a batched bf16 run equals the unbatched one up to such tokens.
+
+A subclass with a forward of its own (the reward model's network) keeps the one-sequence
+`DynamicCache` behaviour: one call at a time, no slots.
+"""
 
 from __future__ import annotations
 
 import copy
+import math
+import sys
 
 import torch
 
 from harness.core.records import ModelInfo
+from harness.core.stats import ARGMAX, FULL, LEVELS, TokenStats, summary_tensors
+
+DEFAULT_N_CTX = 4096  # tokens a slot holds before its cache grows (as llama.cpp's default)
+# How a call in which every slot feeds one token runs: "graph" (`one_token_step` captured as a
+# CUDA graph; the default on CUDA), "static" (the same function, eager: what the graph replays,
+# testable on a CPU) or "ragged" (the general pass over the calls' rows only; the CPU default)
+STEPS = ("graph", "static", "ragged")
+MIN_KEY_BUCKET = 256  # smallest key length a captured decode step attends over
 
 
 def cache_kwarg(model) -> str:
@@ -24,26 +67,159 @@ def returned_cache(out):
     return cache if cache is not None else out.past_key_values
 
 
-class HFBackend:
-    """A transformers causal LM with a `DynamicCache`; outputs come back as float32 on CPU."""
+def supports_slots(model) -> bool:
+    """Whether `model` can decode over a `SlotCache`: full attention in every layer (no sliding
+    window, whose layers take a mask of their own) through sdpa or eager attention, which take
+    the explicit per-row mask."""
+    config = model.config
+    types = getattr(config, "layer_types", None) or ["full_attention"]
+    impl = getattr(config, "_attn_implementation", None) or "eager"
+    return (
+        set(types) == {"full_attention"}
+        and not getattr(config, "use_sliding_window", False)
+        and impl in ("sdpa", "eager")
+    )
 
-    def __init__(self, model, info: ModelInfo):
-        self.model = model.eval()
-        self.cache_kwarg = cache_kwarg(model)
-        self.info = info
-        self.device = next(model.parameters()).device
+
+def _cache_base():
+    try:
+        from transformers.cache_utils import Cache
+
+        return Cache
+    except ImportError:  # pragma: no cover - every supported transformers has it
+        return object
+
+
+class SlotCache(_cache_base()):
+    """The KV cache of every slot of one model, allocated once: per layer, keys and values of
+    shape [slots, kv_heads, capacity, head_dim] in the model's dtype, made at the first pass
+    (shapes read from the keys that pass writes).
+
+    Before each pass the backend says where the pass's tokens go (`write_rows`, `write_pos`:
+    [B, T] slot and position of every fed token) and what its rows attend over (`read`: the
+    slots of the batch rows, a range or an index tensor; `n_keys`: the first positions of each).
+    transformers' attention layers then call `update` with the new keys and values."""
+
+    def __init__(self, slots: int, capacity: int):  # noqa: D107 - no base __init__: not a layer list
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        self.slots, self.capacity = slots, capacity
+        self.write_rows = self.write_pos = None
+        self.read: slice | torch.Tensor = slice(0, 1)
+        self.n_keys = 0
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        """Write this pass's keys/values [B, kv_heads, T, head_dim] at their slots' positions;
+        return the keys/values the batch rows attend over, [B, kv_heads, n_keys, head_dim]."""
+        if layer_idx == len(self.k):
+            b, h, _, d = key_states.shape
+            shape = (self.slots, h, self.capacity, d)
+            self.k.append(key_states.new_zeros(shape))
+            self.v.append(value_states.new_zeros(shape))
+        k, v = self.k[layer_idx], self.v[layer_idx]
+        k[self.write_rows, :, self.write_pos] = key_states.transpose(1, 2)
+        v[self.write_rows, :, self.write_pos] = value_states.transpose(1, 2)
+        if isinstance(self.read, slice):  # consecutive slots: a view, no copy
+            return k[self.read, :, : self.n_keys], v[self.read, :, : self.n_keys]
+        return (
+            k.index_select(0, self.read)[:, :, : self.n_keys],
+            v.index_select(0, self.read)[:, :, : self.n_keys],
+        )
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0  # positions are given explicitly; transformers only asks when they are not
+
+    def resized(self, slots: int, capacity: int) -> SlotCache:
+        """A cache of `slots` x `capacity` holding this one's contents (slots and positions that
+        fit); a new allocation, so captured graphs of the old one no longer apply."""
+        new = SlotCache(slots, capacity)
+        for old_k, old_v in zip(self.k, self.v, strict=True):
+            s, c = min(slots, self.slots), min(capacity, self.capacity)
+            for old, into in ((old_k, new.k), (old_v, new.v)):
+                buf = old.new_zeros((slots, old.shape[1], capacity, old.shape[3]))
+                buf[:s, :, :c] = old[:s, :, :c]
+                into.append(buf)
+        return new
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+
+class HFSequence:
+    """One slot of an `HFBackend`'s model: a Backend of its own, whose calls its owner batches
+    with other slots' (`HFBackend.forward_batch`)."""
+
+    summarizes = True  # forward(..., level=) returns `TokenStats` for "stats" / "argmax"
+
+    def __init__(self, owner: HFBackend, slot: int):
+        self.owner, self.slot, self.info, self.length = owner, slot, owner.info, 0
+
+    def __getattr__(self, name: str):  # model, device, n_vocab, ... are the owner's
+        if name == "owner":
+            raise AttributeError(name)
+        return getattr(self.owner, name)
+
+    def reset(self) -> None:
         self.length = 0
-        self.cache = None
+
+    def forward(self, ids: list[int], n_rows: int, hidden: bool = False, level: str = FULL):
+        return self.owner.forward_batch([(self, ids, n_rows, hidden, level)])[0]
+
+    def crop(self, n: int) -> None:
+        self.length = min(self.length, n)  # positions past it are overwritten before any read
+
+    def sync(self) -> None:
+        if self.owner.device.type == "cuda":
+            torch.cuda.synchronize(self.owner.device)
+
+
+class HFBackend(HFSequence):
+    """A transformers causal LM; outputs come back as float32 on CPU (or summarized, `level`).
+
+    The backend itself is slot 0. `sequences(n)` gives n slots over the same weights and one
+    cache; `forward_batch` runs calls of several of them in one pass. `n_ctx`: tokens a slot
+    holds before its cache grows; `step`: how a call where every slot feeds one token runs
+    (STEPS; default "graph" on CUDA, else "ragged")."""
+
+    def __init__(self, model, info: ModelInfo, n_ctx: int | None = None, step: str | None = None):
+        self.model, self.info = model.eval(), info
+        self.cache_kwarg = cache_kwarg(model)
+        self.device = next(model.parameters()).device
+        self.cache = None  # the one-sequence DynamicCache of a subclass with its own forward
+        super().__init__(self, 0)
+        # a subclass with its own forward runs its own network: it keeps the DynamicCache path
+        self.slotted = type(self).forward is HFBackend.forward and supports_slots(model)
+        self.n_ctx = n_ctx or DEFAULT_N_CTX
+        self.kv: SlotCache | None = None
+        self._sequences: list[HFSequence] = [self]
+        self.n_active = 1  # slots in use: the last `sequences(n)`
+        if step not in (None, *STEPS):
+            raise ValueError(f"step must be one of {STEPS}, got {step!r}")
+        # how a call where every slot feeds one token runs (STEPS)
+        self.step = step or ("graph" if self.device.type == "cuda" else "ragged")
+        self.graphs: dict[tuple, tuple | None] = {}  # (slots, key bucket) -> captured step
+        self.graph_failures: list[str] = []  # why a capture fell back to eager, per bucket
+        self._pool = None
+
+    def __getattr__(self, name: str):  # the owner has no one to defer to
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def n_vocab(self) -> int:
         """Rows of the output layer (the vocabulary the logits cover, padding included)."""
         return self.model.get_output_embeddings().weight.shape[0]
 
-    def sequences(self, n: int) -> list[HFBackend]:
-        """n backends over the same weights, each with its own cache. transformers runs them one
-        call at a time (no `forward_batch`): padded batches would change the numerics."""
-        return [self] + [self._fresh() for _ in range(n - 1)]
+    def sequences(self, n: int) -> list:
+        """n sequences over the same weights (the first is the backend itself); a model that
+        cannot use slots gets one-sequence copies, run one call at a time."""
+        if not self.slotted:
+            return [self] + [self._fresh() for _ in range(n - 1)]
+        while len(self._sequences) < n:
+            self._sequences.append(HFSequence(self, len(self._sequences)))
+        self.n_active = n  # the slots a one-token step covers
+        if self.kv is not None and self.kv.slots < n:
+            self._resize(n, self.kv.capacity)
+        return self._sequences[:n]
 
     def _fresh(self) -> HFBackend:
         other = copy.copy(self)
@@ -51,20 +227,29 @@ class HFBackend:
         return other
 
     def reset(self) -> None:
-        from transformers import DynamicCache
-
-        self.cache = DynamicCache()
         self.length = 0
+        if not self.slotted:
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache()
+
+    def crop(self, n: int) -> None:
+        if n < self.length and not self.slotted:
+            # a negative count removes tokens from the end in every transformers version we support
+            self.cache.crop(n - self.length)
+        self.length = min(self.length, n)
+
+    def forward(self, ids: list[int], n_rows: int, hidden: bool = False, level: str = FULL):
+        if not self.slotted:
+            return self._dynamic_forward(ids, n_rows, hidden)
+        return self.forward_batch([(self, ids, n_rows, hidden, level)])[0]
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
+    def _dynamic_forward(self, ids: list[int], n_rows: int, hidden: bool):
         if self.cache is None:
             self.reset()
-        x = torch.tensor([ids], device=self.device)
-        # logits_to_keep: only the rows the core will read, which skips the vocab projection of
-        # every other prompt position (a large share of prefill cost for a 150k vocabulary).
         out = self.model(
-            input_ids=x,
+            input_ids=torch.tensor([ids], device=self.device),
             use_cache=True,
             output_hidden_states=hidden,
             logits_to_keep=n_rows,
@@ -76,12 +261,226 @@ class HFBackend:
         h = out.hidden_states[-1][0, -n_rows:].float().cpu() if hidden else None
         return logits, h
 
-    def crop(self, n: int) -> None:
-        if n < self.length:
-            # a negative count removes tokens from the end in every transformers version we support
-            self.cache.crop(n - self.length)
-            self.length = n
+    @torch.inference_mode()
+    def forward_batch(self, calls) -> list:
+        """Calls (sequence, ids, n_rows, hidden[, level]) of distinct slots, run as one pass;
+        returns each call's (outputs, hidden): logits [n_rows, V] float32 on CPU, or their
+        `TokenStats` at level "stats" / "argmax", and hidden [n_rows, H] or None."""
+        if not self.slotted:  # one call at a time, each on its own DynamicCache
+            return [c[0].forward(c[1], c[2], c[3]) for c in calls]
+        for _, ids, n_rows, *_ in calls:
+            if not 1 <= n_rows <= len(ids):
+                raise ValueError(f"n_rows must be in 1..{len(ids)}, got {n_rows}")
+        longest = max(len(c[1]) for c in calls)
+        self._ensure(len(self._sequences), max(c[0].length for c in calls) + longest + 1)
+        if longest == 1 and self.step == "graph":
+            logits, hid, stats = self._graph_step(calls)
+        elif longest == 1 and self.step == "static":
+            logits, hid, stats = self._static_eager(calls)
+        else:
+            logits, hid, stats = self._ragged(calls)
+        for seq, ids, *_ in calls:
+            seq.length += len(ids)
+        return self._outputs(calls, logits, hid, stats)
+
+    # --- the ragged pass (any calls) ------------------------------------------------------
+
+    def _ragged(self, calls):
+        """One eager pass over the calls' rows, left-padded to the longest: returns logits
+        [B, R, V] of the last R = max(n_rows) positions, hidden [B, T, H] or None, and their
+        device summary (`summary_tensors`) flattened to [B * R]."""
+        b, t = len(calls), max(len(c[1]) for c in calls)
+        dev = self.device
+        lengths = torch.tensor([c[0].length for c in calls], device=dev)[:, None]
+        n_new = torch.tensor([len(c[1]) for c in calls], device=dev)[:, None]
+        ids = torch.zeros(b, t, dtype=torch.long)
+        for i, c in enumerate(calls):
+            ids[i, t - len(c[1]) :] = torch.tensor(c[1])
+        col = torch.arange(t, device=dev)[None]
+        pad = t - n_new
+        # real tokens at L + (col - pad); padding at L + n_new + col: past the slot's end
+        pos = torch.where(col >= pad, lengths + col - pad, lengths + n_new + col)
+        slots = [c[0].slot for c in calls]
+        consecutive = slots == list(range(slots[0], slots[0] + b))
+        read = slice(slots[0], slots[0] + b) if consecutive else torch.tensor(slots, device=dev)
+        rows = torch.tensor(slots, device=dev)[:, None].expand(b, t)
+        n_keys = int(max(c[0].length for c in calls)) + t
+        r = max(c[2] for c in calls)
+        hidden = any(c[3] for c in calls)
+        logits, hid = self._pass(ids.to(dev), pos, rows, read, n_keys, r, hidden)
+        summarized = any(len(c) > 4 and c[4] != FULL for c in calls)
+        stats = summary_tensors(logits.reshape(b * r, -1), self._level(calls)) if summarized else ()
+        return logits, hid, stats
+
+    def _pass(self, ids, pos, rows, read, n_keys: int, keep: int, hidden: bool):
+        """The model over ids [B, T] at positions pos, written into `rows`' slots, each row
+        attending over its slot's positions <= its own: (logits [B, keep, V], hidden or None)."""
+        kv = self.kv
+        kv.write_rows, kv.write_pos, kv.read, kv.n_keys = rows, pos, read, n_keys
+        keys = torch.arange(n_keys, device=self.device)
+        allowed = keys[None, None, :] <= pos[:, :, None]  # [B, T, n_keys]
+        dtype = self.model.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+        mask = mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+        out = self.model(
+            input_ids=ids,
+            position_ids=pos,
+            attention_mask={"full_attention": mask},
+            use_cache=True,
+            output_hidden_states=hidden,
+            logits_to_keep=keep,
+            **{self.cache_kwarg: kv},
+        )
+        return out.logits, (out.hidden_states[-1] if hidden else None)
+
+    # --- the one-token step over all slots (captured on CUDA) ------------------------------
+
+    def one_token_step(self, ids: torch.Tensor, pos: torch.Tensor, n_keys: int):
+        """Every slot feeds one token: ids, pos [slots, 1] on the device; each slot's token is
+        written at pos and attends over positions <= pos of its own slot, within the first
+        `n_keys`. Returns logits [slots, V], hidden [slots, H] and the summary tensors: static
+        shapes, no host synchronization, so CUDA can capture it as a graph."""
+        n = ids.shape[0]
+        slots = torch.arange(n, device=self.device)[:, None]
+        logits, hid = self._pass(ids, pos, slots, slice(0, n), n_keys, 1, True)
+        logits, hid = logits[:, -1], hid[:, -1]
+        return (logits, hid, *summary_tensors(logits, "stats"))
+
+    def _step_inputs(self, calls):
+        """ids, pos [slots, 1] for `one_token_step` over the slots in use: the calls' tokens at
+        their slots' ends, a dummy token at the end of every other slot; and the key bucket."""
+        n = max(self.n_active, max(c[0].slot for c in calls) + 1)
+        ids = torch.zeros(n, 1, dtype=torch.long)
+        pos = torch.tensor([[s.length] for s in self._sequences[:n]])
+        for c in calls:
+            ids[c[0].slot, 0] = c[1][0]
+        return ids, pos, key_bucket(int(pos.max()) + 1, self.kv.capacity)
+
+    def _static_eager(self, calls):
+        ids, pos, bucket = self._step_inputs(calls)
+        out = self.one_token_step(ids.to(self.device), pos.to(self.device), bucket)
+        return self._step_outputs(calls, out)
+
+    def _graph_step(self, calls):
+        ids, pos, bucket = self._step_inputs(calls)
+        key = (len(ids), bucket)
+        graph = self.graphs[key] if key in self.graphs else self._capture(key)
+        if graph is None:  # capture failed: this bucket runs eagerly
+            out = self.one_token_step(ids.to(self.device), pos.to(self.device), bucket)
+            return self._step_outputs(calls, out)
+        g, (s_ids, s_pos), out = graph
+        s_ids.copy_(ids, non_blocking=True)
+        s_pos.copy_(pos, non_blocking=True)
+        g.replay()
+        return self._step_outputs(calls, out)
+
+    def _capture(self, key: tuple[int, int]):
+        """Capture `one_token_step` for (slots, key bucket); None, and eager from then on, if
+        the model does something a graph cannot hold (the reason goes to stderr once)."""
+        n, bucket = key
+        s_ids = torch.zeros(n, 1, dtype=torch.long, device=self.device)
+        s_pos = torch.tensor([[s.length] for s in self._sequences[:n]], device=self.device)
+        try:
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):  # warm-up writes land at each slot's end: harmless
+                for _ in range(2):
+                    self.one_token_step(s_ids, s_pos, bucket)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            self._pool = self._pool or torch.cuda.graph_pool_handle()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self._pool):
+                out = self.one_token_step(s_ids, s_pos, bucket)
+        except Exception as e:  # noqa: BLE001 - fall back to eager, and say so
+            self.graphs[key] = None
+            self.graph_failures.append(f"{key}: {type(e).__name__}: {e}")
+            print(f"(CUDA graph capture failed, eager decode step: {e})", file=sys.stderr)
+            return None
+        self.graphs[key] = (g, (s_ids, s_pos), out)
+        return self.graphs[key]
+
+    @torch.inference_mode()
+    def capture_steps(self, tokens: int) -> None:
+        """Capture now, for the current slots, the decode step of every key bucket a sequence
+        of up to `tokens` positions needs (with step "graph"; else nothing): a timed run then
+        holds no capture."""
+        if self.step != "graph" or not self.slotted:
+            return
+        self._ensure(len(self._sequences), tokens + 1)
+        last, n = key_bucket(tokens, self.kv.capacity), MIN_KEY_BUCKET
+        while True:
+            bucket = key_bucket(n, self.kv.capacity)
+            if (self.n_active, bucket) not in self.graphs:
+                self._capture((self.n_active, bucket))
+            if bucket >= last:
+                return
+            n = bucket * 2
+
+    def _step_outputs(self, calls, out):
+        """The calls' rows of a one-token step's outputs, as `_ragged` returns them (logits
+        gathered only when a call reads them whole)."""
+        logits, hid, *stats = out
+        idx = torch.tensor([c[0].slot for c in calls], device=self.device)
+        whole = any(len(c) < 5 or c[4] == FULL for c in calls)
+        return (
+            logits.index_select(0, idx)[:, None] if whole else logits[:, None],
+            hid.index_select(0, idx)[:, None] if any(c[3] for c in calls) else None,
+            tuple(s.index_select(0, idx) for s in stats),
+        )
+
+    # --- outputs -------------------------------------------------------------------------
+
+    @staticmethod
+    def _level(calls) -> str:
+        """The most any summarized call asks for ("stats" or "argmax")."""
+        asked = [c[4] for c in calls if len(c) > 4 and c[4] != FULL] or [ARGMAX]
+        return max(asked, key=LEVELS.index)
+
+    def _outputs(self, calls, logits, hid, stats) -> list:
+        """Each call's (outputs, hidden) on the CPU: full rows only for calls at level "full",
+        one copy of the summaries for the others."""
+        r = logits.shape[1]
+        host = torch.stack([s.float() for s in stats]).cpu() if stats else None  # [4|1, B * R]
+        results = []
+        for i, (_, _, n_rows, hidden, *level) in enumerate(calls):
+            level = level[0] if level else FULL
+            if level == FULL:
+                out = logits[i, r - n_rows :].float().cpu()
+            else:
+                cols = host[:, i * r + r - n_rows : (i + 1) * r]
+                fields = [cols[0].long()] + ([] if level == ARGMAX else list(cols[1:4]))
+                out = TokenStats(*fields)
+            h = hid[i, hid.shape[1] - n_rows :].float().cpu() if hidden else None
+            results.append((out, h))
+        return results
+
+    # --- the cache -----------------------------------------------------------------------
+
+    def _ensure(self, slots: int, tokens: int) -> None:
+        """A cache of at least `slots` slots and `tokens` positions (doubling capacity)."""
+        if self.kv is None:
+            cap = max(self.n_ctx, tokens)
+            self.kv = SlotCache(slots, cap)
+        elif tokens > self.kv.capacity or slots > self.kv.slots:
+            cap = self.kv.capacity
+            while cap < tokens:
+                cap *= 2
+            self._resize(max(slots, self.kv.slots), cap)
+
+    def _resize(self, slots: int, capacity: int) -> None:
+        self.kv = self.kv.resized(slots, capacity)
+        self.graphs.clear()  # captured over the old buffers
+
+    def kv_nbytes(self) -> int:
+        """Bytes the slots' KV cache holds (0 before the first pass)."""
+        return self.kv.nbytes() if self.kv is not None else 0
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+def key_bucket(n: int, capacity: int) -> int:
+    """The key length a one-token step of a sequence of n positions attends over: the next power
+    of two from MIN_KEY_BUCKET, at most the capacity."""
+    return min(capacity, max(MIN_KEY_BUCKET, 1 << math.ceil(math.log2(max(n, 1)))))

@@ -31,7 +31,7 @@ tests/test_llamacpp.py). Batching sequences together is such a change: on the pa
 row's logits move by up to 0.25-0.64 (max |difference| over the vocabulary) when its call shares a
 `llama_decode` with other sequences, with the repacked kernels and flash attention on or off,
 while a sequence alone in a many-sequence context is bit-identical to a one-sequence context
-(scripts/batch_numerics.py). So a batched greedy run equals the unbatched one up to tokens whose
+(benchmarks/batch_numerics.py). So a batched greedy run equals the unbatched one up to tokens whose
 top-2 margin is below that, and which tokens those are depends on which generations shared a call.
 """
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -47,8 +48,15 @@ import numpy as np
 import torch
 
 from harness.core.records import ModelInfo
+from harness.core.stats import ARGMAX, FULL, TokenStats
 from harness.errors import UserError
 
+ALL_LAYERS = -1  # n_gpu_layers that offloads every layer ("a negative value means all layers")
+CUDA_BUILD = (  # the one line that builds llama-cpp-python with CUDA (docs/speed.md)
+    'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir '
+    "llama-cpp-python==0.3.36"
+)
+GGUF_HINT = "copy it again, or convert the model with llama.cpp's convert_hf_to_gguf.py"
 DEFAULT_N_CTX = 4096  # prompt + completion tokens one generation may hold
 DEFAULT_N_BATCH = 512  # tokens per llama_decode call (longer feeds are split)
 CACHE_GGUF_INFO_FROM = 64 << 20  # bytes: GGUF files at least this big have their sizes cached
@@ -73,8 +81,36 @@ def library_version() -> str:
     return getattr(_lib(), "__version__", "?")
 
 
+def gpu_layers(device: str) -> int:
+    """The layers llama.cpp offloads for a model placed on `device`: none on the CPU, every one
+    on a GPU ("cuda", "cuda:1", "gpu"). A GPU needs a llama-cpp-python built with GPU offload
+    (`llama_supports_gpu_offload`); the error says how to build one."""
+    kind = device.split(":")[0]
+    if kind == "cpu":
+        return 0
+    if kind not in ("cuda", "gpu"):
+        raise UserError(f"backend llama.cpp runs on the CPU or a CUDA GPU, not on {device!r}")
+    if not _lib().llama_supports_gpu_offload():
+        raise UserError(
+            f"the installed llama-cpp-python has no GPU offload, so it cannot put a model on "
+            f"{device}; build it with CUDA: {CUDA_BUILD}"
+        )
+    return ALL_LAYERS
+
+
+def _gpu_index(device: str) -> int | None:
+    """The GPU a "cuda:N" device names (None: llama.cpp's default placement)."""
+    _, _, index = device.partition(":")
+    return int(index) if index.isdigit() else None
+
+
 def gguf_info(
-    path: Path, role: str, source: str, sha256: str = "", embeddings_only: bool = False
+    path: Path,
+    role: str,
+    source: str,
+    sha256: str = "",
+    embeddings_only: bool = False,
+    device: str = "cpu",
 ) -> ModelInfo:
     """Sizes of a GGUF file from its header: what the cost model and the manifest need.
     `embeddings_only`: the vocabulary projection is never computed (`LlamaCppBackend`), so its
@@ -85,7 +121,7 @@ def gguf_info(
     return ModelInfo(
         name=role,
         source=source,
-        device="cpu",
+        device=device,
         sha256=sha256,
         backend=f"llama.cpp {library_version()}",
         **sizes,
@@ -121,8 +157,8 @@ def _read_gguf_sizes(path: Path, embeddings_only: bool) -> dict:
 
     try:
         reader = GGUFReader(str(path))
-    except (ValueError, OSError) as e:
-        raise UserError(f"not a readable GGUF file: {path} ({e})") from None
+    except Exception as e:  # noqa: BLE001 - a damaged file fails in many ways (numpy, struct)
+        raise UserError(f"not a readable GGUF file: {path} ({e}); {GGUF_HINT}") from None
 
     def field(key: str, default=None):
         f = reader.fields.get(key)
@@ -178,9 +214,42 @@ NAME_OFFSET = _GgmlTensor.name.offset
 EMBEDDING_NODES = (b"result_norm\0", b"result_embd_pooled\0")
 
 
+def row_stats(x: np.ndarray, level: str, scratch: np.ndarray | None = None) -> tuple:
+    """(argmax, top-1 probability, entropy, top-2 margin) of one row of logits, or (argmax,) at
+    level "argmax": a few passes of numpy over the row where it lies, one thread, no copy of it
+    (torch's argmax over a 151,936-wide row is several times slower here, and its thread pool
+    would compete with llama.cpp's threads). With z = exp(x - max) and s = sum(z): the top-1
+    probability is 1 / s and the entropy log(s) - sum(z * (x - max)) / s, which equals
+    `harness.core.stats.summarize` up to float rounding (tests/test_llamacpp.py). `scratch`:
+    [2, V] float32 to work in (none allocated per row)."""
+    i = int(x.argmax())
+    if level == ARGMAX:
+        return (i,)
+    d, z = scratch if scratch is not None else np.empty((2, len(x)), dtype=np.float32)
+    np.subtract(x, x[i], out=d)  # <= 0, and 0 at i
+    np.exp(d, out=z)
+    s = float(z.sum())
+    d[i] = -np.inf
+    second = math.exp(float(d.max())) / s if len(d) > 1 else 0.0
+    d[i] = 0.0
+    entropy = math.log(s) - float(np.multiply(z, d, out=z).sum()) / s  # no BLAS: no threads
+    return (i, 1.0 / s, entropy, 1.0 / s - second)
+
+
+def _stacked(rows: list):
+    """One call's outputs: logits [n, V] from copied rows, or a `TokenStats` from `row_stats`."""
+    if not rows or isinstance(rows[0], np.ndarray):
+        return torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, 0)
+    cols = list(zip(*rows, strict=True))
+    stats = [torch.tensor(c, dtype=torch.float32) for c in cols[1:]]
+    return TokenStats(torch.tensor(cols[0], dtype=torch.long), *stats)
+
+
 class LlamaCppSequence:
     """One sequence id of a `LlamaCppBackend`'s context, with its own KV cells: a Backend of its
     own, whose calls its owner can batch with other sequences' (`LlamaCppBackend.forward_batch`)."""
+
+    summarizes = True  # forward(..., level=) returns `TokenStats` for "stats" / "argmax"
 
     def __init__(self, owner: LlamaCppBackend, seq_id: int):
         self.owner, self.seq_id, self.info, self.length = owner, seq_id, owner.info, 0
@@ -194,8 +263,8 @@ class LlamaCppSequence:
         self.owner.lib.llama_memory_seq_rm(self.owner.mem, self.seq_id, -1, -1)
         self.length = 0
 
-    def forward(self, ids: list[int], n_rows: int, hidden: bool = False):
-        return self.owner.forward_batch([(self, ids, n_rows, hidden)])[0]
+    def forward(self, ids: list[int], n_rows: int, hidden: bool = False, level: str = FULL):
+        return self.owner.forward_batch([(self, ids, n_rows, hidden, level)])[0]
 
     def crop(self, n: int) -> None:
         if n < self.length:
@@ -225,11 +294,13 @@ class LlamaCppBackend(LlamaCppSequence):
         n_batch: int = DEFAULT_N_BATCH,
         n_seq: int = 1,
         embeddings_only: bool = False,
+        device: str = "cpu",
     ):
         """`embeddings_only`: the caller reads hidden states only (a reward backbone). Graph
         computation then stops at the final norm (llama.cpp's embeddings output, EMBEDDING_NODES)
         through the scheduler's eval callback, so the vocabulary projection after it is never
-        computed or read, and forward returns logits of width 0."""
+        computed or read, and forward returns logits of width 0. `device`: where the layers go
+        (`gpu_layers`: "cpu" none, "cuda" or "cuda:N" all of them)."""
         lib = _lib()
         n_ctx, n_seq = n_ctx or DEFAULT_N_CTX, max(1, int(n_seq))
         self.lib, self.path, self.threads = lib, Path(path), max(1, int(threads))
@@ -237,10 +308,16 @@ class LlamaCppBackend(LlamaCppSequence):
         self.info = info
         super().__init__(self, 0)
         mparams = lib.llama_model_default_params()
-        mparams.n_gpu_layers = 0
+        mparams.n_gpu_layers = self.n_gpu_layers = gpu_layers(device)
+        if _gpu_index(device) is not None:  # one named GPU holds the whole model
+            mparams.main_gpu, mparams.split_mode = _gpu_index(device), lib.LLAMA_SPLIT_MODE_NONE
+        self.device = device
         self.model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self.model:
-            raise UserError(f"llama.cpp could not load {self.path} (see the error above)")
+            raise UserError(  # llama.cpp's own reason goes to its log, which is silenced
+                f"llama.cpp could not load {self.path}: a model type or tensor layout this "
+                f"build does not support, or a damaged file; {GGUF_HINT}"
+            )
         cparams = lib.llama_context_default_params()
         cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx * n_seq, n_batch, n_batch
         cparams.n_seq_max, cparams.kv_unified = n_seq, False  # one KV stream per sequence
@@ -263,6 +340,7 @@ class LlamaCppBackend(LlamaCppSequence):
         self.mem = lib.llama_get_memory(self.ctx)
         self.batch = lib.llama_batch_init(n_batch, 0, 1)
         self.embeddings = False
+        self._scratch = None  # row_stats' work rows
         self._sequences = [self] + [LlamaCppSequence(self, i) for i in range(1, n_seq)]
 
     def _stop_at_embeddings(self, tensor, ask, _user_data) -> bool:
@@ -291,9 +369,11 @@ class LlamaCppBackend(LlamaCppSequence):
 
     @torch.inference_mode()
     def forward_batch(self, calls) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-        """Calls (sequence, ids, n_rows, hidden) of distinct sequences, decoded together: one
-        `llama_decode` per `n_batch` tokens of all of them; returns each call's (logits, hidden)."""
-        for seq, ids, n_rows, _ in calls:
+        """Calls (sequence, ids, n_rows, hidden[, level]) of distinct sequences, decoded
+        together: one `llama_decode` per `n_batch` tokens of all of them; returns each call's
+        (outputs, hidden): logits [n_rows, V], or their `TokenStats` at level "stats" /
+        "argmax" (`harness.core.stats`), read from llama.cpp's buffer without copying rows."""
+        for seq, ids, n_rows, *_ in calls:
             if not 1 <= n_rows <= len(ids):
                 raise ValueError(f"n_rows must be in 1..{len(ids)}, got {n_rows}")
             if seq.length + len(ids) > self.n_ctx:
@@ -308,6 +388,18 @@ class LlamaCppBackend(LlamaCppSequence):
                 self._decode_calls([calls[j] for j in part], hidden, results, part)
         return results
 
+    def _outputs(self, i: int, level: str, into: list) -> None:
+        """Append batch row i's logits at `level` to `into`: the row copied ("full"), or its
+        summary computed on llama.cpp's own buffer (`row_stats`)."""
+        width = 0 if self.embeddings_only else self.n_vocab
+        if level == FULL or not width:
+            into.append(self._row(self.lib.llama_get_logits_ith, i, width))
+            return
+        if self._scratch is None:
+            self._scratch = np.empty((2, width), dtype=np.float32)
+        row = self._view(self.lib.llama_get_logits_ith, i, width)
+        into.append(row_stats(row, level, self._scratch))
+
     def _decode_calls(self, calls, hidden: bool, results: list, where: list[int]) -> None:
         if hidden != self.embeddings:
             self.lib.llama_set_embeddings(self.ctx, hidden)
@@ -315,7 +407,7 @@ class LlamaCppBackend(LlamaCppSequence):
         # (call, position in the call, token, wants output) for every fed token, call by call
         items = [
             (j, k, tok, k >= len(ids) - n_rows)
-            for j, (_, ids, n_rows, _) in enumerate(calls)
+            for j, (_, ids, n_rows, *_) in enumerate(calls)
             for k, tok in enumerate(ids)
         ]
         logits: list[list] = [[] for _ in calls]
@@ -338,28 +430,29 @@ class LlamaCppBackend(LlamaCppSequence):
                     f"{self.path.name}: llama.cpp's graph has no embeddings node to stop at "
                     f"{EMBEDDING_NODES}; load it without embeddings_only"
                 )
-            width = 0 if self.embeddings_only else self.n_vocab
             for i, (j, _, _, out) in enumerate(chunk):
                 if out:
-                    logits[j].append(self._row(self.lib.llama_get_logits_ith, i, width))
+                    self._outputs(i, calls[j][4] if len(calls[j]) > 4 else FULL, logits[j])
                     if hidden:
                         states[j].append(
                             self._row(self.lib.llama_get_embeddings_ith, i, self.n_embd)
                         )
-        for j, (seq, ids, _, _) in enumerate(calls):
+        for j, (seq, ids, *_) in enumerate(calls):
             seq.length += len(ids)
             h = torch.from_numpy(np.stack(states[j])) if hidden else None
-            results[where[j]] = (torch.from_numpy(np.stack(logits[j])), h)
+            results[where[j]] = (_stacked(logits[j]), h)
 
     def _row(self, getter, j: int, width: int) -> np.ndarray:
         if not width:
             return np.zeros(0, dtype=np.float32)
+        return self._view(getter, j, width).copy()
+
+    def _view(self, getter, j: int, width: int) -> np.ndarray:
+        """Batch row j of llama.cpp's output buffer, not copied: valid until the next decode."""
         ptr = getter(self.ctx, j)
         if not ptr:
             raise RuntimeError(f"llama.cpp returned no output for batch row {j}")
-        return np.ctypeslib.as_array(
-            ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), (width,)
-        ).copy()
+        return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), (width,))
 
     def close(self) -> None:
         """Free the context and the model (also done when the backend is garbage-collected)."""

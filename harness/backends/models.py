@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from harness.core.records import ModelInfo
 from harness.errors import UserError
+from harness.files import MODEL_HINT, check_gguf, check_model_folder
 
 if TYPE_CHECKING:  # torch/transformers are imported lazily: no heavy imports at module import
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -148,10 +149,14 @@ def gguf_metadata(path: Path) -> dict:
     """The header fields worth recording: model name, architecture, tensor count."""
     from gguf import GGUFReader
 
+    check_gguf(path)
     try:
         reader = GGUFReader(str(path))
-    except (ValueError, OSError) as e:
-        raise UserError(f"not a readable GGUF file: {path} ({e})") from None
+    except Exception as e:  # noqa: BLE001 - a damaged file fails in many ways (numpy, struct)
+        raise UserError(
+            f"not a readable GGUF file: {path} ({e}); it is damaged or cut short: copy it "
+            "again, or convert the model with llama.cpp's convert_hf_to_gguf.py"
+        ) from None
 
     def field(key: str):
         f = reader.fields.get(key)
@@ -220,8 +225,8 @@ def _convert(gguf: Path, out: Path, dtype: str, meta: dict) -> None:
     """Dequantize a GGUF into a plain save_pretrained folder (weights + tokenizer)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, dtype=_check_dtype(dtype), gguf_file=gguf.name
+    model = _from_pretrained(
+        AutoModelForCausalLM, str(gguf.parent), dtype=_check_dtype(dtype), gguf_file=gguf.name
     )
     # transformers refuses to save a GGUF-loaded model ("not serializable") while these are set;
     # after dequantization the weights are ordinary tensors, so dropping them is safe.
@@ -270,9 +275,9 @@ def dense_dir(name: str, dtype: str = "bfloat16") -> Path:
     if name in PACKAGED:
         return _dense_from_gguf(lambda: assemble_gguf(name), PACKAGED[name]["sha256"], name, dtype)
     gguf = Path(name).expanduser()
-    if gguf.suffix != ".gguf" or not gguf.is_file():
+    if gguf.suffix != ".gguf":
         raise UserError(f"not a packaged model or a .gguf file: {name}")
-    sha = file_sha256(gguf)
+    sha = file_sha256(check_gguf(gguf))
     return _dense_from_gguf(lambda: gguf, sha, f"{gguf.stem}-{sha[:12]}", dtype)
 
 
@@ -289,9 +294,9 @@ def gguf_file(source: str) -> tuple[Path, str]:
     if source in PACKAGED:
         return assemble_gguf(source), PACKAGED[source]["sha256"]
     path = Path(source).expanduser()
-    if path.suffix != ".gguf" or not path.is_file():
+    if path.suffix != ".gguf":
         raise UserError(f"not a packaged model or a .gguf file: {source}")
-    return path, file_sha256(path)
+    return path, file_sha256(check_gguf(path))
 
 
 def _gguf_tokenizer(path: Path):
@@ -385,14 +390,16 @@ def _looks_like_path(source: str) -> bool:
 
 def resolve_source(source: str, dtype: str = "bfloat16") -> tuple[str, str]:
     """(what to pass to from_pretrained, sha256 of the GGUF it came from or "")."""
-    if source in PACKAGED or source.endswith(".gguf") and Path(source).expanduser().is_file():
+    path = Path(source).expanduser()
+    if source in PACKAGED or source.endswith(".gguf") and path.exists():
         folder = dense_dir(source, dtype)
         return str(folder), source_record(folder).get("gguf_sha256", "")
-    path = Path(source).expanduser()
     if path.is_dir():
-        return str(path), source_record(path).get("gguf_sha256", "")
-    if path.exists() or _looks_like_path(source):
-        raise UserError(f"model path not found: {source}")
+        return str(check_model_folder(path)), source_record(path).get("gguf_sha256", "")
+    if path.exists():
+        raise UserError(f"{source} is neither a model folder nor a .gguf file; {MODEL_HINT}")
+    if _looks_like_path(source):
+        raise UserError(f"model path not found: {source}; {MODEL_HINT}")
     if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
         raise UserError(
             f"unknown model {source!r}: not packaged ({', '.join(PACKAGED)}), not a local "
@@ -427,8 +434,10 @@ def kv_bytes_per_token(config, element_size: int) -> int:
 def _from_pretrained(loader, where: str, **kw):
     try:
         return loader.from_pretrained(where, **kw)
-    except OSError as e:
-        raise UserError(f"could not load {where!r}: {str(e).splitlines()[0]}") from None
+    except (OSError, ValueError) as e:  # missing or damaged files, an unknown model type
+        reason = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
+        what = f"{where}/{kw['gguf_file']}" if "gguf_file" in kw else where
+        raise UserError(f"could not load {what!r}: {reason}; {MODEL_HINT}") from None
 
 
 def load_tokenizer(source: str, dtype: str = "bfloat16"):

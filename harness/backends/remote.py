@@ -58,14 +58,18 @@ from urllib.parse import urlsplit
 import torch
 
 from harness.core.records import ModelInfo
-from harness.errors import UserError
+from harness.errors import ServiceError, UserError
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DIALECTS = ("llama.cpp", "vllm")
 
 
-class RemoteError(RuntimeError):
+class RemoteError(ServiceError):
     """The remote model did not answer after every retry (or refused the request)."""
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status  # the last HTTP status the server answered with; 0 if it never did
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,7 @@ class RemoteBackend:
 
     def _request(self, method: str, path: str, body: bytes | None) -> dict:
         """One call with timeouts and bounded retries; RemoteError after the last attempt."""
-        cfg, t0, last, attempts = self.cfg, time.monotonic(), "", 0
+        cfg, t0, last, attempts, answered = self.cfg, time.monotonic(), "", 0, 0
         try:
             for attempt in range(cfg.retries + 1):
                 if attempt:
@@ -220,6 +224,7 @@ class RemoteBackend:
                     self.stats.retries += 1
                 attempts += 1
                 status, data, error = self._attempt(method, path, body)
+                answered = status or answered
                 if status == 200:
                     try:
                         answer = json.loads(data)
@@ -228,11 +233,11 @@ class RemoteBackend:
                     except ValueError as e:
                         error = f"bad JSON in response ({e})"
                 elif status and status not in RETRY_STATUS:
-                    raise RemoteError(f"{cfg.url}{path}: HTTP {status}: {_snippet(data)}")
+                    raise RemoteError(f"{cfg.url}{path}: HTTP {status}: {_snippet(data)}", status)
                 last = error or f"HTTP {status}: {_snippet(data)}"
                 self.stats.errors.append(last)
             raise RemoteError(
-                f"{cfg.url}{path}: gave up after {attempts} attempts; last error: {last}"
+                f"{cfg.url}{path}: gave up after {attempts} attempts; last error: {last}", answered
             )
         finally:
             self.stats.seconds += time.monotonic() - t0
@@ -321,9 +326,28 @@ def remote_info(backend: RemoteBackend) -> ModelInfo:
     """A ModelInfo from the server's /v1/models (llama-server reports size and parameters).
 
     weight_bytes is the served file's size; kv_bytes_per_token is unknown to an API client (0).
+    This is the first request a run makes: a server that does not answer it after every retry,
+    or answers as no completions server would, is the user's to fix (one UserError line).
     """
-    models = backend.server_info().get("data") or [{}]
-    meta = models[0].get("meta") or {}
+    try:
+        answer = backend.server_info()
+    except RemoteError as e:
+        if e.status:  # something answered, but not as an OpenAI-compatible server does
+            raise UserError(
+                f"the remote large model at {backend.cfg.url} answered with an error ({e}); give "
+                "--large the root URL of llama-server or vLLM (the harness adds /v1/...)"
+            ) from None
+        raise UserError(
+            f"the remote large model at {backend.cfg.url} did not answer ({e}); start its "
+            "server (e.g. llama-server --port PORT) or give --large http://HOST:PORT of one"
+        ) from None
+    if not isinstance(answer, dict) or not isinstance(answer.get("data", []), list):
+        raise UserError(
+            f"{backend.cfg.url}/v1/models answered {_snippet(json.dumps(answer).encode())}: not "
+            "an OpenAI-compatible server; give --large http://HOST:PORT of llama-server or vLLM"
+        )
+    models = [m for m in answer.get("data") or [] if isinstance(m, dict)] or [{}]
+    meta = models[0].get("meta") if isinstance(models[0].get("meta"), dict) else {}
     return ModelInfo(
         name="large",
         source=f"{backend.cfg.url} ({models[0].get('id', '?')})",

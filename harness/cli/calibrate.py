@@ -1,25 +1,37 @@
-"""`hybridbench calibrate`: a token router's scores along small's own answers on the calib split,
-for `target_share=S calibration=FILE`.
+"""`hybridbench calibrate`: a score router's scores along small's own answers on the calib split,
+for `target_share=S calibration=FILE`. Any score router: a built-in name, an entry point or an
+import path (`routers.score.ScoreRouter`; docs/routers.md).
 """
 
 from __future__ import annotations
 
 from harness.cli import options
 from harness.training import calibrate
-from harness.training.calibrate import (
-    SCORED,
-)
 
 
 def configure(p, router: str | None = None) -> None:
     if router is None:
-        p.add_argument("--router", required=True, choices=SCORED)
+        p.add_argument(
+            "--router",
+            required=True,
+            help="a score router: entropy, confidence, reward, citer, or a plugin's name or "
+            "import path (see `hybridbench routers`)",
+        )
+    p.add_argument(
+        "--router-arg",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="router argument, repeatable (what its scores depend on, e.g. a checkpoint)",
+    )
     p.add_argument(
         "--checkpoint",
         required=router == "reward",
-        help="reward.pt from train-reward (reward), citer.pt from train-citer (citer)",
+        help="the router's trained scorer: reward.pt from train-reward (reward), citer.pt from "
+        "train-citer (citer)",
     )
-    p.add_argument("--task", required=True)
+    p.add_argument("--task", required=True, help="task name (see `hybridbench tasks`)")
+    p.add_argument("--task-arg", action="append", default=[], metavar="K=V", help="task argument")
     p.add_argument("--split", default="calib", help="calibration split (default calib)")
     p.add_argument("--split-seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=10, help="first N examples of the split")

@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import ServiceError, UserError
 
 # name -> (module of harness.cli with `configure(parser)` and `run(args)`, one-line help).
 # Only the module of the command being run is imported, so `hybridbench --help` starts fast.
@@ -26,25 +26,36 @@ COMMANDS = {
     "generate": ("generate", "decode one prompt and show who wrote each token"),
     "run": ("run", "run a router on a task split, resumable, one record per example"),
     "sweep": ("sweep", "run routers at each of their settings, one run each"),
+    "experiment": ("experiment", "run, plan or check an experiment spec (experiments/*.toml)"),
+    "controls": ("controls", "the control runs a sweep folder needs for matched shares"),
+    "publish": ("publish", "copy a sweep's results into a published edition, report rewritten"),
     "report": ("report", "write the leaderboard of a results folder"),
     "compare": ("compare", "flag quality or speed regressions between two runs"),
+    "submit": ("submit", "a router against a published edition: same examples, paired verdicts"),
+    "rerun": ("rerun", "decode rows of a sweep again and compare each with its original"),
+    "rescore": ("rescore", "score stored completions again with the task's current scorer"),
+    "validity": ("validity", "per run: quality, cut at the budget, no answer, tokens"),
+    "training-cost": ("training_cost", "what each trained router cost: hours, tokens"),
     "demo": ("demo", "the README's main job: routers compared on a few test examples"),
     "routers": ("routers", "list the routers: built-in, from entry points"),
     "tasks": ("tasks", "list the tasks: built-in, from entry points"),
+    "check-gold": ("check_gold", "the code tasks' gold solutions through their own scorers"),
     "calibrate": ("calibrate", "a token router's scores on calib, for target_share thresholds"),
     "calibrate-reward": ("calibrate_reward", "calibrate --router reward"),
     "train-citer": ("train_citer", "label tokens and train the CITER router"),
     "train-query": ("train_query", "train and calibrate the query-level router"),
+    "train-learned": ("train_learned", "train the learned token router; its AUC vs entropy's"),
     "reward-data": ("reward_data", "reward-model preference pairs"),
     "train-reward": ("train_reward", "train the reward model"),
     "bench-decode": ("bench_decode", "tok/s of small, large and random routing vs the cost model"),
+    "bench-gpu": ("bench_gpu", "the core vs transformers' generate on a GPU, random weights"),
     "lm-eval": ("lm_eval", "lm-evaluation-harness with model `hybrid` (any router)"),
 }
 
 
 # Commands whose cost (wall time, tokens generated) goes to their output folder's cost.jsonl
 TRAINING = ("reward-data", "train-reward", "train-citer", "train-query", "calibrate",
-            "calibrate-reward")  # fmt: skip
+            "calibrate-reward", "train-learned")  # fmt: skip
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -88,6 +99,10 @@ def _main(args, argv: list[str]) -> int:
             return args._run(args) or 0
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ServiceError as e:  # a model server gave up mid-command: what failed, in one line
+        print(f"error: {str(e).splitlines()[0]} (the command can be run again once it answers)",
+              file=sys.stderr)  # fmt: skip
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,6 +1,13 @@
-"""`hybridbench tasks`: the tasks a name can select, and where each comes from."""
+"""`hybridbench tasks`: the tasks a name can select, and where each comes from.
+
+Built-ins (`jsonl` among them: a task from a JSONL file, tasks/jsonl.py), then the entry points
+of installed packages (group `hybridbench.tasks`); nothing is imported to list them. Any import
+path `package.module:Class` is a task name as well (docs/tasks.md).
+"""
 
 from __future__ import annotations
+
+from harness.cli.routers import listing
 
 
 def configure(p) -> None:
@@ -8,7 +15,7 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    from tasks import TASKS
+    from tasks import REGISTRY
 
-    print("\n".join(sorted(TASKS)))
+    print(listing(REGISTRY.entries(), "task"))
     return 0

@@ -36,7 +36,7 @@ from harness.core.backend import Backend
 from harness.core.records import ForwardRecord, Generation, StepRecord
 from harness.core.reuse import reused_answer
 from harness.core.router import Decision, LargeOnly, QueryView, Router, SmallOnly, StepView
-from harness.core.sampling import sample
+from harness.core.stats import FULL, at_level, holds, level_for, next_token, stack
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,14 @@ class DecodeConfig:
 
 @dataclass
 class Call:
-    """One model call a generation waits on: `backend.forward(ids, n_rows, hidden)`."""
+    """One model call a generation waits on: `backend.forward(ids, n_rows, hidden)`, whose
+    outputs the generation reads at `level` (`harness.core.stats`: full rows or a summary)."""
 
     backend: Backend
     ids: list[int]
     n_rows: int
     hidden: bool
+    level: str = FULL
 
 
 # What a decode loop is: it yields Calls, is sent (outputs, hidden, seconds), returns a Generation.
@@ -88,10 +90,12 @@ def catch_up(
     n_rows: int,
     hidden: bool = False,
     phase: str = "",
+    level: str = FULL,
 ):
     """One forward pass of `role` over the tokens of `seq` it has not cached yet.
 
-    Returns its outputs at the last `n_rows` positions of `seq` (and the hidden states there).
+    Returns its outputs at the last `n_rows` positions of `seq` at `level` (full rows or a
+    `TokenStats`, `harness.core.stats`), and the hidden states there.
     When the cache already holds more than `len(seq) - n_rows` tokens it is cropped first, so
     the pass always re-reads at least the rows asked for, unless only the last row is asked for
     and the model's previous pass ended exactly there (e.g. small's first token after a query
@@ -100,12 +104,13 @@ def catch_up(
     m = run.models[role]
     memo = run.last.get(role)
     fresh = memo and memo[0] == m.length == len(seq) and (memo[2] is not None or not hidden)
-    if n_rows == 1 and fresh:
-        return memo[1][None], (memo[2][None] if hidden else None)
+    if n_rows == 1 and fresh and holds(memo[1], level):
+        return at_level(memo[1][None], level), (memo[2][None] if hidden else None)
     m.crop(min(m.length, len(seq) - n_rows))
     before, new = m.length, seq[m.length :]
     phase = "prefill" if before == 0 else phase or _PHASE[role]
-    out, h, seconds = yield Call(m, new, n_rows, hidden)
+    out, h, seconds = yield Call(m, new, n_rows, hidden, level)
+    out = at_level(out, level)
     run.forwards.append(ForwardRecord(role, phase, len(new), before, seconds))
     run.last[role] = (m.length, out[-1], None if h is None else h[-1])
     return out, h
@@ -114,19 +119,20 @@ def catch_up(
 _PHASE = {"small": "draft", "large": "catch_up", "reward": "score", "router": "score"}
 
 
-def draft(run: GenerationState, k: int, cfg: DecodeConfig, gen: torch.Generator, hidden: bool):
-    """Small proposes up to k tokens; stops early at EOS. The last token is not fed yet."""
+def draft(run: GenerationState, k: int, cfg: DecodeConfig, gen, hidden: bool, level: str):
+    """Small proposes up to k tokens; stops early at EOS. The last token is not fed yet.
+    Returns the tokens, small's outputs that chose them at `level`, and its hidden states."""
     toks, rows, hids = [], [], []
     for _ in range(k):
-        logits, h = yield from catch_up(run, "small", run.tokens + toks, 1, hidden)
-        toks.append(sample(logits[0], cfg.temperature, cfg.top_p, gen))
-        rows.append(logits[0])
+        out, h = yield from catch_up(run, "small", run.tokens + toks, 1, hidden, level=level)
+        toks.append(next_token(out[0], cfg.temperature, cfg.top_p, gen))
+        rows.append(out[0])
         hids.append(h[0] if hidden else None)
         if toks[-1] in cfg.eos_ids:
             break
     return (
         torch.tensor(toks, dtype=torch.long),
-        torch.stack(rows),
+        stack(rows),
         torch.stack(hids) if hidden else None,
     )
 
@@ -138,14 +144,14 @@ def verify(run: GenerationState, draft_ids: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def score(run: GenerationState, draft_ids: torch.Tensor) -> torch.Tensor:
+def score(run: GenerationState, draft_ids: torch.Tensor, level: str) -> torch.Tensor:
     """Reward of each drafted token, from the reward model's own incremental cache; or, for a
     reward head on small itself (`reads_small`), from small's pass over the draft, whose last
-    row small's next draft reuses when the draft is kept (`catch_up`)."""
+    row small's next draft reuses when the draft is kept (`catch_up`; read at `level`)."""
     seq, k = run.tokens + draft_ids.tolist(), len(draft_ids)
     rm = run.models["reward"]
     if getattr(rm, "reads_small", False):
-        _, h = yield from catch_up(run, "small", seq, k, hidden=True, phase="score")
+        _, h = yield from catch_up(run, "small", seq, k, True, "score", level)
         return rm.score(h)
     out, _ = yield from catch_up(run, "reward", seq, k)
     return out[:, 0]
@@ -157,9 +163,10 @@ def rollback(run: GenerationState, n_valid: int) -> None:
         m.crop(min(m.length, n_valid))
 
 
-def route_query(run: GenerationState, router: Router, gen: torch.Generator) -> str:
+def route_query(run: GenerationState, router: Router, gen, temperature: float) -> str:
     """Query routers: small's prefill (reused if small answers) gives the prompt feature."""
-    _, h = yield from catch_up(run, "small", run.tokens, run.n_prompt, hidden=True)
+    level = level_for("none", temperature)
+    _, h = yield from catch_up(run, "small", run.tokens, run.n_prompt, True, level=level)
     view = QueryView(torch.tensor(run.tokens), h.mean(dim=0), gen)
     return "large" if router.route_query(view) else "small"
 
@@ -190,7 +197,7 @@ def decode_steps(
     start, ttft, query_route, stop_reason = clock(), math.nan, "", "max_tokens"
     # 1. query routers decide once, then the answer is small-only or large-only
     if router.needs().query:
-        query_route = yield from route_query(run, router, gen)
+        query_route = yield from route_query(run, router, gen, cfg.temperature)
         if answers and query_route in answers:
             return reused_answer(run, answers[query_route], query_route, clock() - start)
         router = SmallOnly() if query_route == "small" else LargeOnly()
@@ -198,21 +205,22 @@ def decode_steps(
         t0, n_before = clock(), len(run.forwards)
         needs, n_old = router.needs(), len(run.tokens)
         k = min(needs.draft_len, cfg.max_new_tokens - len(run.provenance))
+        level = level_for(needs.small_logits, cfg.temperature)  # what of q is read
         # 2. draft: small proposes k tokens
         if k > 0:
-            d_ids, q, h = yield from draft(run, k, cfg, gen, needs.small_hidden)
+            d_ids, q, h = yield from draft(run, k, cfg, gen, needs.small_hidden, level)
             k = len(d_ids)
         # 3. score: the reward model rates each drafted token
-        rew = (yield from score(run, d_ids)) if k and needs.reward else None
+        rew = (yield from score(run, d_ids, level)) if k and needs.reward else None
         # 4. verify: large reads the draft in one pass when the router needs p
         p = (yield from verify(run, d_ids)) if k and needs.large_logits else None
         # 5. decide
         if k == 0:
             d = Decision(keep=0, defer=True)
         else:
-            view = StepView(
-                len(run.provenance), d_ids, q, h, p, rew, cfg.temperature, cfg.top_p, gen
-            )
+            rows, summary = (q, None) if level == FULL else (None, q)
+            n = len(run.provenance)
+            view = StepView(n, d_ids, rows, h, p, rew, cfg.temperature, cfg.top_p, gen, summary)
             d = router.decide(view)
             _check(d, k)
         # 6. emit: the kept draft, then large's token when deferring (within the token budget)
@@ -223,10 +231,12 @@ def decode_steps(
         if large_tok:
             if d.large_token is None:
                 if p is not None:
-                    rows = p[d.keep]
+                    row = p[d.keep]
                 else:
-                    rows = (yield from catch_up(run, "large", run.tokens, 1))[0][0]
-                tok = sample(rows, cfg.temperature, cfg.top_p, gen)
+                    level = level_for("none", cfg.temperature)  # large's token only
+                    out, _ = yield from catch_up(run, "large", run.tokens, 1, level=level)
+                    row = out[0]
+                tok = next_token(row, cfg.temperature, cfg.top_p, gen)
             else:
                 tok = d.large_token
             run.tokens.append(tok)

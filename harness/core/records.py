@@ -160,7 +160,7 @@ RECORDS, RECORDS_GZ = "records.jsonl", "records.jsonl.gz"
 
 def records_path(run_dir):
     """A run's records file: records.jsonl, else records.jsonl.gz (published runs are
-    committed compressed, `scripts/publish_edition.py`); None when it has neither."""
+    committed compressed, `hybridbench publish`); None when it has neither."""
     from pathlib import Path
 
     for name in (RECORDS, RECORDS_GZ):

@@ -7,7 +7,8 @@ how many of small's drafted tokens to keep, and whether the next token comes fro
 One step of the core, as a router sees it:
 
     needs = router.needs()              # Needs(draft_len=k, large_logits=..., reward=..., ...)
-    small drafts k tokens               # view.draft, view.small_logits[k, V], view.small_hidden[k, H]
+    small drafts k tokens               # view.draft, view.small_logits[k, V] or view.small_stats
+                                        # (needs.small_logits), view.small_hidden[k, H]
     reward model scores them            # view.reward[k]           (if needs.reward)
     large verifies them in one pass     # view.large_logits[k+1, V] (if needs.large_logits)
     d = router.decide(view)             # Decision(keep=j, defer=...)
@@ -25,6 +26,10 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.core.stats import STATS, TokenStats, summarize
+
+SMALL_LOGITS = ("full", "stats", "none")  # Needs.small_logits: what of q a router reads
+
 
 @dataclass(frozen=True)
 class Needs:
@@ -35,6 +40,17 @@ class Needs:
     small_hidden: bool = False  # small's last hidden state at each drafted position
     reward: bool = False  # reward-model score of each drafted token
     query: bool = False  # a query-level router: route_query() once per prompt, then no decide()
+    # what of q the view holds: "full" rows (view.small_logits), "stats" (view.small_stats:
+    # argmax, top-1 probability, entropy, top-2 margin, computed where the logits are) or "none"
+    # (the draft only). Only "full" copies whole vocabulary rows to the host every step; at
+    # temperature > 0 the rows are there whatever this says (sampling reads them).
+    small_logits: str = "full"
+
+    def __post_init__(self):
+        if self.small_logits not in SMALL_LOGITS:
+            raise ValueError(
+                f"small_logits must be one of {SMALL_LOGITS}, got {self.small_logits!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -43,13 +59,22 @@ class StepView:
 
     n_generated: int  # tokens emitted before this step
     draft: torch.Tensor  # [k] token ids small proposed
-    small_logits: torch.Tensor  # [k, V] logits q that produced each drafted token
+    small_logits: torch.Tensor | None  # [k, V] logits q that produced each drafted token
+    #                                    (None unless needs().small_logits == "full" or sampling)
     small_hidden: torch.Tensor | None  # [k, H] small's last hidden state at those positions
     large_logits: torch.Tensor | None  # [k+1, V] large's logits p at the k drafted positions + 1
     reward: torch.Tensor | None  # [k] reward score of each drafted token
     temperature: float  # 0 means greedy
     top_p: float  # nucleus mass used when sampling
     generator: torch.Generator  # the generation's seeded RNG; routers draw from it, never global
+    small_stats: TokenStats | None = None  # [k] rows of q's summary when small_logits is None
+
+    def stats(self) -> TokenStats:
+        """Small's per-token summary (argmax, top-1 probability, entropy, top-2 margin): the one
+        the core handed over, else computed from `small_logits` (teacher-forced views)."""
+        if self.small_stats is not None:
+            return self.small_stats
+        return summarize(self.small_logits, STATS)
 
 
 @dataclass(frozen=True)
@@ -135,9 +160,10 @@ class TokenRouter(Router):
     """
 
     draft_len = 1
+    small_logits = "full"  # what of q `defer_mask` reads (Needs.small_logits)
 
     def needs(self) -> Needs:
-        return Needs(draft_len=self.draft_len)
+        return Needs(draft_len=self.draft_len, small_logits=self.small_logits)
 
     def defer_mask(self, view: StepView) -> torch.Tensor:
         """[k] bool: True where the drafted token should be replaced by large's."""
@@ -157,7 +183,7 @@ class SmallOnly(Router):
     name = "small"
 
     def needs(self) -> Needs:
-        return Needs(draft_len=1)
+        return Needs(draft_len=1, small_logits="none")
 
     def decide(self, view: StepView) -> Decision:
         return Decision(keep=len(view.draft), defer=False)

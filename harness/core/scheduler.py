@@ -22,6 +22,7 @@ from harness.core.backend import Backend
 from harness.core.loop import Call, DecodeConfig, decode_steps
 from harness.core.records import Generation
 from harness.core.router import Router
+from harness.core.stats import FULL
 
 
 def generate(
@@ -100,7 +101,8 @@ def generate_many(
         group = [i for i in sorted(active) if _owner(active[i][2].backend) is owner]
         calls = [active[i][2] for i in group]
         if len(calls) > 1 and hasattr(owner, "forward_batch"):
-            args = [(c.backend, c.ids, c.n_rows, c.hidden) for c in calls]
+            levels = getattr(owner, "summarizes", False)  # else rows, summarized by the loop
+            args = [(c.backend, c.ids, c.n_rows, c.hidden) + (c.level,) * levels for c in calls]
             results = _timed(calls, lambda o=owner, a=args: o.forward_batch(a), clock)
         else:
             results = [_timed([c], lambda c=c: [_forward(c)], clock)[0] for c in calls]
@@ -109,6 +111,9 @@ def generate_many(
 
 
 def _forward(call: Call):
+    """One call; a backend that `summarizes` is asked for the call's level (else full rows)."""
+    if call.level != FULL and getattr(call.backend, "summarizes", False):
+        return call.backend.forward(call.ids, call.n_rows, call.hidden, level=call.level)
     return call.backend.forward(call.ids, call.n_rows, call.hidden)
 
 

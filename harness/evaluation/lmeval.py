@@ -6,11 +6,12 @@
 `hybridbench lm-eval` is a thin wrapper (lm-eval 0.4 has no plug-in entry point for models): it
 registers `hybrid` with lm-eval's model registry, writes the task YAMLs of `tasks/lmeval/` with
 their run-time paths filled in (plus their local data) to a temporary folder, adds it as
-`--include_path`, sets HF_HUB_OFFLINE=1 and HF_DATASETS_OFFLINE=1, and hands every argument to
-lm-eval's own command line.
+`--include_path` (with the user's own `--include_path` folders inside it: lm-eval takes one),
+sets HF_HUB_OFFLINE=1 and HF_DATASETS_OFFLINE=1, and hands every argument to lm-eval's own
+command line.
 
 `--model_args` of `hybrid` (comma-separated key=value, lm-eval's syntax):
-  router=NAME        a registered router (required); any key below that is not listed here is
+  router=NAME        a router name or import path (required); any key below that is not listed here is
                      passed to the router as an argument (e.g. router=random,p=0.3)
   small=, large=, dtype=, threads=   the pair, as for `hybridbench run` (default pair, bfloat16)
   backend=, small_backend=, large_backend=, n_ctx=   as `--backend` etc. (default auto)
@@ -28,7 +29,7 @@ filters and metrics stay lm-eval's):
                      rows from the project's seeded test split, few-shot rows from its train split
   gsm8k_hybridbench  the same scoring, 0-shot, with this project's gsm8k prompt: with
                      --apply_chat_template its prompts are token for token `hybridbench run
-                     --task gsm8k`'s, which is what scripts/lmeval_parity.py compares
+                     --task gsm8k`'s, which is what benchmarks/lmeval_parity.py compares
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import string
 import tempfile
 from pathlib import Path
@@ -237,6 +239,19 @@ def write_tasks(out: Path, split_seed: int = 0) -> list[str]:
         (out / src.name).write_text(text, encoding="utf-8")
         names += [ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("task:")]
     return names
+
+
+def add_include_paths(out: Path, paths: list[Path]) -> None:
+    """Put the user's task folders (or YAML files) under `out`, the one include path lm-eval is
+    given: each as out/include-<i>/, its folders made again and its files linked, not copied (a
+    YAML's `!function utils.f` finds utils.py beside it as before)."""
+    for i, src in enumerate(paths):
+        dest = out / f"include-{i}"
+        if src.is_dir():
+            shutil.copytree(src, dest, copy_function=os.symlink)
+        else:
+            dest.mkdir()
+            os.symlink(src, dest / src.name)
 
 
 def _write_gsm8k(out: Path, split_seed: int) -> None:

@@ -12,25 +12,30 @@ while nothing decodes into the folder.
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import time
 from pathlib import Path
 
+from harness.core.records import records_path as stored_records
 from harness.errors import UserError
 from harness.evaluation.runner import all_lines, load_records, write_records, write_summary
 from harness.metrics import quality as metrics
-from tasks import get_task
+from tasks import get_task, task_ref
 
 
 def rescore(run: Path) -> dict:
     """Rescore one run folder in place; returns {"n", "changed", "metric", "before", "after"}."""
     manifest_path, records_path = run / "manifest.json", run / "records.jsonl"
+    if manifest_path.is_file() and not records_path.is_file() and stored_records(run):
+        # a published run keeps its records compressed: rescore an uncompressed copy in place
+        records_path.write_bytes(gzip.decompress(stored_records(run).read_bytes()))
     if not manifest_path.is_file() or not records_path.is_file():
         raise UserError(f"{run} is not a run folder (manifest.json and records.jsonl needed)")
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     metric = manifest["metric"]
-    task = get_task(manifest["task"], **manifest.get("task_args", {}))
+    task = get_task(task_ref(manifest), **manifest.get("task_args", {}))
     split = task.split(manifest["split"], seed=manifest.get("split_seed", 0))
     examples = {ex.id: ex for ex in split}
     before = metrics.quality(list(load_records(records_path).values()), metric)

@@ -5,6 +5,8 @@
 The run folder holds
   manifest.json  - what ran: task, split, router and its arguments, decode settings, models
                    (source, dtype, device, sizes, sha256), package versions, git commit, machine,
+                   the router's and task's classes with the package versions that provide them
+                   (`plugins`; a resume whose plugin changed version says so on stderr),
                    and one entry per invocation in `sessions`: batch size (--batch), examples,
                    emitted tokens and wall seconds (the run's throughput)
   records.jsonl  - one `ExampleRecord` per line, appended and fsync'ed as each example is scored
@@ -31,19 +33,11 @@ from harness.core.records import ExampleRecord
 from harness.errors import UserError
 
 # Manifest fields that must match for a folder to be resumed rather than refused.
-IDENTITY = (
-    "task",
-    "task_args",
-    "split",
-    "split_seed",
-    "router",
-    "router_args",
-    "decode",
-    "model_sources",
-)
+IDENTITY = ("task", "task_args", "split", "split_seed", "router", "router_args", "decode",
+            "model_sources")  # fmt: skip
 
 
-def _open_run(out: Path, identity: dict, args) -> dict:
+def _open_run(out: Path, identity: dict, args, metric: str) -> dict:
     """Create the folder and manifest, or check that an existing one is the same run."""
     path = out / "manifest.json"
     if path.exists():
@@ -55,10 +49,7 @@ def _open_run(out: Path, identity: dict, args) -> dict:
             )
         return old
     out.mkdir(parents=True, exist_ok=True)
-    manifest = {**identity, "metric": None, "limit": args.limit, **environment()}
-    from tasks import get_task
-
-    manifest["metric"] = get_task(identity["task"], **identity["task_args"]).metric
+    manifest = {**identity, "metric": metric, "limit": args.limit, **environment()}
     manifest.update(seed=args.seed, temperature=args.temperature, top_p=args.top_p)
     manifest["max_new_tokens"] = identity["decode"]["max_new_tokens"]
     _write_json(path, manifest)
@@ -124,6 +115,8 @@ def decode_examples(
                     t0 = time.perf_counter()
                     try:
                         scores = task.score(ex, gen.text)
+                    except UserError:  # a plugin task's fault (tasks.base.GuardedTask): stop
+                        raise
                     except Exception as e:  # noqa: BLE001 - as above
                         error = f"{type(e).__name__}: {e}"
                     scored_s = time.perf_counter() - t0
@@ -405,8 +398,9 @@ def machine() -> dict:
 def evaluate(args, engine=None) -> int:
     """`hybridbench run`; `engine`: an already loaded pair to decode with (the demo shares one
     across its runs), else the pair named in args is loaded."""
-    from routers import get_router, parse_args
-    from tasks import get_task
+    from harness.core.registry import changes
+    from routers import get_router, parse_args, router_entry
+    from tasks import get_task, task_entry
 
     task_args = parse_args(args.task_arg)
     task = get_task(args.task, **task_args)
@@ -440,7 +434,13 @@ def evaluate(args, engine=None) -> int:
     }
     identity = json.loads(json.dumps(identity))  # compare as stored: tuples become lists
     out = Path(args.out)
-    manifest = _open_run(out, identity, args)
+    manifest = _open_run(out, identity, args, task.metric)
+    # the resolved classes and the versions that provide them; a resumed run says what changed
+    plugins = {"router": router_entry(args.router).provenance(),
+               "task": task_entry(args.task).provenance()}  # fmt: skip
+    if note := changes(manifest.get("plugins"), plugins):
+        print(note, file=sys.stderr)
+    manifest["plugins"] = plugins
     manifest["limit"] = args.limit  # what this invocation asks for (the summary covers it)
     trained = list(router.trained_on())
     manifest["router_trained_on"] = trained  # transfer: a learned router run on another task

@@ -150,6 +150,10 @@ def fixed_router_args(pairs: list[str], routers: list[str]) -> dict[str, dict]:
     out: dict[str, dict] = {r: {} for r in routers}
     for pair in pairs:
         router, sep, kv = pair.partition(":")
+        named = [r for r in routers if pair.startswith(f"{r}:")]
+        if named:  # the longest: a router named by import path holds a colon ("pkg.m:Cls:k=v")
+            router = max(named, key=len)
+            kv = pair[len(router) + 1 :]
         if not sep or "=" not in kv:
             raise UserError(f"--router-arg {pair!r} is not of the form ROUTER:K=V")
         if router not in out:

@@ -1,38 +1,45 @@
-"""`hybridbench calibrate`: a token router's scores along small's own answers on the calib split,
+"""`hybridbench calibrate`: a score router's scores along small's own answers on the calib split,
 so that `target_share=S calibration=FILE` sets the threshold deferring that share
-(routers/calibration.py says which tail each router defers).
+(routers/calibration.py says which tail a router defers). Any score router
+(`routers.score.ScoreRouter`: entropy, confidence, reward, citer, a plugin's) calibrates the same way.
 
     hybridbench calibrate --router entropy --task gsm8k --limit 138 --out runs/cal/entropy.json
     hybridbench calibrate --router reward --checkpoint reward.pt --task gsm8k --out cal.json
-    hybridbench calibrate --router citer --checkpoint citer.pt --task gsm8k --out cal.json
+    hybridbench calibrate --router mypkg.routers:MyRouter --router-arg k=2 --task gsm8k --out c.json
     hybridbench run --task gsm8k --router entropy --router-arg target_share=0.2 \\
         --router-arg calibration=runs/cal/entropy.json --out runs/entropy-20
 
 Small answers the first `--limit` examples of the split greedily (the core, batched), or the
-answers are read from a small-only run over that split (`--records`); then the router's score of
-every answer token comes from one pass over prompt + answer: small's entropy (nats) or top-token
-probability from small's logits there, the reward model's score (the backbone the reward
-router will run beside this small model), or CITER's P(small suffices) from small's hidden state
-there (a CITER checkpoint also keeps the scores it was calibrated on in training, along the calib
-*reference* answers in reference mode: text small did not write, on which its scores differ;
-this file puts it on the footing of the others). `calibrate-reward` is `calibrate --router reward`.
+answers are read from a small-only run over that split (`--records`); then every answer is read
+back by teacher forcing (`token_scores`): small over prompt + answer in chunks, and the models the
+router's `needs()` asks for (small's hidden states, the reward model it brings, large's logits),
+each chunk shown to the router as the `StepView` of a step that drafted those tokens, so the
+scores on file are the ones it reads while small writes. (A CITER checkpoint also keeps the
+scores it was calibrated on in training, along the calib *reference* answers in reference mode:
+text small did not write, on which its scores differ; this file puts it on the footing of the
+others.) `--checkpoint` fills the router's checkpoint argument (its class's `checkpoint_arg`:
+reward's `checkpoint`, citer's `path`). `calibrate-reward` is `calibrate --router reward`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from harness.backends.engine import decode_config, engine_from_args
+from harness.core.forcing import FORCED_CHUNK, forced_passes
+from harness.core.registry import BUILT_IN
+from harness.core.router import StepView
 from harness.errors import UserError
+from routers import build, parse_args, router_class, router_entry
+from routers.calibration import class_path, threshold_for
+from routers.guard import Guarded
+from routers.score import ScoreRouter
 
-SCORED = ("entropy", "confidence", "reward", "citer")
-CHECKPOINTED = ("reward", "citer")  # routers whose scores come from a trained checkpoint
-PAPER_THRESHOLDS = (1.0, 1.5, 2.0, 4.0)  # the seed paper's reward thresholds
 TARGET_SHARES = tuple(round(0.1 * i, 1) for i in range(1, 10))
 
 
@@ -47,31 +54,54 @@ def backend_scores(backend, prompt_ids: list[int], ids: list[int]) -> list[float
 
 
 @torch.inference_mode()
-def logit_scores(small, prompt_ids: list[int], ids: list[int], router: str) -> list[float]:
-    """Small's entropy or top probability at each token of `ids` (from the logits that chose
-    it), teacher-forced over prompt + ids: what the router reads when small writes `ids`."""
-    from harness.core.forcing import FORCED_CHUNK, forced_passes
-    from routers.baselines import entropy, top_probability
-
-    fn = entropy if router == "entropy" else top_probability
-    chunk = FORCED_CHUNK  # rows of logits held at once
-    passes = forced_passes(small, list(prompt_ids), list(ids), chunk) if ids else ()
-    return [x for logits, _ in passes for x in fn(logits).tolist()]
-
-
-@torch.inference_mode()
-def hidden_scores(small, router, prompt_ids: list[int], ids: list[int]) -> list[float]:
-    """CITER's P(small suffices) at each token of `ids`, from small's hidden state there,
-    teacher-forced over prompt + ids: what `router` reads when small writes `ids`."""
-    from harness.core.forcing import FORCED_CHUNK, forced_passes
-
-    passes = forced_passes(small, list(prompt_ids), list(ids), FORCED_CHUNK, hidden=True)
-    return [x for _, hidden in (passes if ids else ()) for x in router.scores(hidden).tolist()]
+def token_scores(engine, router, prompt_ids: list[int], ids: list[int]) -> list[float]:
+    """`router.token_scores` at each token of `ids` written after `prompt_ids`, teacher-forced:
+    what the router reads when small writes `ids` (see the module docstring)."""
+    if not ids:
+        return []
+    scores = []
+    for view in forced_views(engine, router.needs(), list(prompt_ids), list(ids)):
+        scores += router.checked_scores(view).tolist()
+    return scores
 
 
-def share_below(scores, threshold: float) -> float:
-    """Share of `scores` strictly below `threshold` (what the router would defer); NaN if none."""
-    return sum(s < threshold for s in scores) / len(scores) if len(scores) else math.nan
+def forced_views(engine, needs, prompt: list[int], ids: list[int]) -> Iterator[StepView]:
+    """StepViews along `ids`, FORCED_CHUNK drafted tokens each: small's logits (and hidden states)
+    that chose them, and the reward scores and large's logits `needs` asks for."""
+    reward = backend_scores(engine.backends["reward"], prompt, ids) if needs.reward else None
+    large = _large_rows(engine.backends["large"], prompt, ids) if needs.large_logits else None
+    small = engine.backends["small"]
+    at = 0
+    for logits, hidden in forced_passes(small, prompt, ids, FORCED_CHUNK, needs.small_hidden):
+        k = len(logits)
+        yield StepView(
+            n_generated=at,
+            draft=torch.as_tensor(ids[at : at + k]),
+            small_logits=logits.float(),
+            small_hidden=hidden,
+            large_logits=large(k) if large is not None else None,
+            reward=torch.as_tensor(reward[at : at + k]) if reward is not None else None,
+            temperature=0.0,
+            top_p=1.0,
+            generator=torch.Generator().manual_seed(0),
+        )
+        at += k
+
+
+def _large_rows(large, prompt: list[int], ids: list[int]):
+    """A function k -> large's logits at the next k drafted positions and the one after them,
+    [k + 1, V], as the core's verify pass gives them, taken along `ids` chunk after chunk."""
+    # one row more than small's: the row after a chunk's last token opens the next chunk
+    passes = (logits.float() for logits, _ in forced_passes(large, prompt, ids + ids[-1:]))
+    held = [next(passes)]
+
+    def take(k: int) -> torch.Tensor:
+        while len(held[0]) < k + 1:
+            held[0] = torch.cat([held[0], next(passes)])
+        rows, held[0] = held[0][: k + 1], held[0][k:]
+        return rows
+
+    return take
 
 
 def small_answers(engine, examples, cfg, records: str | None) -> dict:
@@ -97,55 +127,60 @@ def small_answers(engine, examples, cfg, records: str | None) -> dict:
     }
 
 
-def calibrate(args) -> int:
-    """Score small's own calib answers with the router named in args and write the calibration file."""
-    from routers.calibration import threshold_for
+def calibrate(args, engine=None) -> int:
+    """Score small's own calib answers with the score router named in args and write the
+    calibration file; `engine`: an already loaded pair (`hybridbench submit`), else the one in
+    args is loaded."""
     from tasks import get_task
 
-    task = get_task(args.task)
+    cls = router_class(args.router)
+    if not issubclass(cls, ScoreRouter):
+        raise UserError(
+            f"router {args.router} is not a score router (routers.score.ScoreRouter): it has no "
+            "score per token to calibrate"
+        )
+    router_args = parse_args(getattr(args, "router_arg", None) or [])
+    if getattr(args, "checkpoint", None):
+        if not cls.checkpoint_arg:
+            raise UserError(f"router {args.router} takes no checkpoint")
+        router_args[cls.checkpoint_arg] = str(args.checkpoint)
+    if cls.checkpoint_arg and not router_args.get(cls.checkpoint_arg):
+        raise UserError(f"calibrate --router {args.router} needs --checkpoint")
+    entry = router_entry(args.router)
+    router = build(cls, args.router, router_args, factory=cls.for_calibration, plugin=True)
+    if entry.origin != BUILT_IN:  # a plugin's faults are one error line (routers.guard)
+        router = Guarded(router, args.router)
+    task = get_task(args.task, **parse_args(getattr(args, "task_arg", None) or []))
     examples = task.split(args.split, seed=args.split_seed)[: args.limit]
     if not examples:
         raise UserError(f"task {args.task} split {args.split} has no examples")
     cfg = decode_config(args, stop=tuple(task.stop))
     if args.max_new_tokens is None:
         cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
-    if args.router in CHECKPOINTED and not args.checkpoint:
-        raise UserError(f"calibrate --router {args.router} needs --checkpoint")
-    engine = engine_from_args(args)
+    engine = engine if engine is not None else engine_from_args(args)
+    for role, backend in router.backends(engine).items():  # e.g. the reward model
+        engine.add(role, backend)
     answers = small_answers(engine, examples, cfg, args.records)
-    extra = {}
-    if args.router in CHECKPOINTED:
-        from harness.files import file_sha256
-
-        extra = {
-            "checkpoint": str(args.checkpoint),
-            "checkpoint_sha256": file_sha256(args.checkpoint),
-        }
-    if args.router == "reward":
-        from harness.backends.reward_model import reward_backend_for
-
-        # the backbone the reward router will run beside this small model (routers.reward)
-        scorer = reward_backend_for(args.checkpoint, engine)
-        score = lambda prompt, ids: backend_scores(scorer, prompt, ids)  # noqa: E731
-        extra["reward_backend"] = scorer.info.backend or "transformers"
-    elif args.router == "citer":
-        from routers.citer import Citer
-
-        citer = Citer(args.checkpoint)
-        citer.backends(engine)  # refuses hidden states from another backend than it trained on
-        small = engine.backends["small"]
-        score = lambda prompt, ids: hidden_scores(small, citer, prompt, ids)  # noqa: E731
-    else:
-        small = engine.backends["small"]
-        score = lambda prompt, ids: logit_scores(small, prompt, ids, args.router)  # noqa: E731
     from tqdm import tqdm
 
     scores = []
     for ex in tqdm(examples, desc=f"{args.router} scores", unit="example", file=sys.stderr):
-        scores += score(*answers[ex.id])  # in example order
+        scores += token_scores(engine, router, *answers[ex.id])  # in example order
+    if not scores:
+        raise UserError(f"small's answers to these {len(examples)} examples have no tokens")
+    extra = {}
+    if cls.checkpoint_arg:
+        from harness.files import file_sha256
+
+        path = router_args[cls.checkpoint_arg]
+        extra = {"checkpoint": path, "checkpoint_sha256": file_sha256(path)}
     cal = {
-        "router": args.router,
+        "router": cls.name,
+        "router_class": class_path(cls),
+        "router_args": router_args,
+        "router_version": entry.version,
         **extra,
+        **router.calibration_notes(engine, scores),
         "task": task.name,
         "split": args.split,
         "split_seed": args.split_seed,
@@ -153,11 +188,9 @@ def calibrate(args) -> int:
         "decode": {k: v for k, v in cfg.__dict__.items() if k != "eos_ids"},
         "answers_from": args.records or "decoded here",
         "n_tokens": len(scores),
-        "thresholds": {str(s): threshold_for(args.router, scores, s) for s in TARGET_SHARES},
+        "thresholds": {str(s): threshold_for(cls, scores, s) for s in TARGET_SHARES},
         "scores": scores,
     }
-    if args.router == "reward":
-        cal["paper_threshold_shares"] = {str(t): share_below(scores, t) for t in PAPER_THRESHOLDS}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(cal, indent=1) + "\n")
     print(f"{args.out}: {len(scores)} token scores from {len(examples)} {args.split} examples")

@@ -1,0 +1,27 @@
+"""The margin router: defer to large where small hesitates between its two likeliest tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from routers.score import ScoreRouter
+
+
+class MarginRouter(ScoreRouter):
+    """Defers a drafted token when small's top-2 probability margin, p(1st) - p(2nd), is below
+    `threshold`: small is torn between two continuations, so large writes this one.
+
+    threshold=X, or target_share=S with calibration=FILE (`hybridbench calibrate --router
+    margin`), as for every score router; `hybridbench sweep` uses SWEEP_THRESHOLDS when it is
+    given no calibration file.
+    """
+
+    name = "margin"
+    defers_below = True  # a small margin means an unsure small model
+    default_threshold = 0.2
+    SWEEP_THRESHOLDS = (0.05, 0.1, 0.2, 0.4, 0.6)
+
+    def token_scores(self, view) -> torch.Tensor:
+        """[k] margin of each drafted token, from the logits small drafted it with."""
+        top2 = torch.softmax(view.small_logits.float(), dim=-1).topk(2, dim=-1).values
+        return top2[:, 0] - top2[:, 1]

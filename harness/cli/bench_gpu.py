@@ -1,0 +1,68 @@
+"""`hybridbench bench-gpu`: the core against transformers' own generate on a GPU, random weights
+of a pair's shapes (`harness.evaluation.gpu_bench`); `--tiny` runs tiny shapes on the CPU."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.evaluation import gpu_bench, random_pair
+
+
+def configure(p) -> None:
+    p.add_argument("--out", default="runs/bench-gpu.json", help="the JSON of every row")
+    p.add_argument("--tiny", action="store_true", help="tiny shapes, a few tokens (runs on a CPU)")
+    p.add_argument("--small-config", default=None, help="config.json (or its folder) of small")
+    p.add_argument("--large-config", default=None, help="config.json (or its folder) of large")
+    p.add_argument(
+        "--device", default=None, help="default: cuda (--tiny: cuda if present, else cpu)"
+    )
+    p.add_argument("--prompt-tokens", type=int, default=None, help="default 128 (--tiny: 8)")
+    p.add_argument("--new-tokens", type=int, default=None, help="default 128 (--tiny: 4)")
+    p.add_argument("--seeds-tokens", type=int, default=None, help="seeds' setting (default 64)")
+    p.add_argument("--batches", default=None, help="core batch sizes (default 1,16,64)")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of small")
+    p.add_argument("--budget-s", type=float, default=420.0, help="start no section after this")
+
+
+def run(args) -> int:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    device = args.device or ("cuda" if cuda or not args.tiny else "cpu")
+    if device.startswith("cuda") and not cuda:
+        raise UserError("bench-gpu needs CUDA (torch sees no GPU); --tiny runs on the CPU")
+    tiny = args.tiny
+
+    def pick(value, default, small):
+        return value if value is not None else (small if tiny else default)
+
+    batches = args.batches or ("1,2,4" if tiny else "1,16,64")
+    s = gpu_bench.Settings(
+        device=device,
+        dtype=torch.float32 if tiny else torch.bfloat16,
+        prompt_tokens=pick(args.prompt_tokens, 128, 8),
+        new_tokens=pick(args.new_tokens, 128, 4),
+        batches=tuple(int(b) for b in batches.split(",")),
+        hf_batches=(1, 4) if tiny else (1, 64),
+        seeds_batches=(1, 2) if tiny else (1, 16),
+        seeds_tokens=pick(args.seeds_tokens, 64, 4),
+        threads=max(1, args.threads or 1),
+        budget_s=args.budget_s,
+    )
+    shapes, common = (
+        (random_pair.TINY_SHAPES, random_pair.TINY_COMMON)
+        if tiny
+        else (random_pair.QWEN_CODER_SHAPES, random_pair.QWEN_COMMON)
+    )
+    configs = {}
+    for role, given in (("small", args.small_config), ("large", args.large_config)):
+        configs[role] = (
+            random_pair.load_config(given)
+            if given
+            else random_pair.model_config(shapes[role], common)
+        )
+    result = gpu_bench.bench(s, configs, Path(args.out) if args.out else None)
+    print(gpu_bench.table(result))
+    return 0

@@ -1,0 +1,30 @@
+"""`hybridbench publish RESULTS REPORTS --tasks ...`: copy a sweep's task folders into a published
+folder as a leaderboard edition (records gzip-compressed, the same bytes every time) and write
+each task's report there (reports/publish.py):
+
+    hybridbench publish results/edition2 reports/published --tasks gsm8k,mbpp,humaneval
+"""
+
+from __future__ import annotations
+
+import sys
+
+from reports.publish import publish
+
+
+def configure(p) -> None:
+    p.add_argument("results", help="folder of task folders (e.g. results/edition2)")
+    p.add_argument("reports", help="published folder (e.g. reports/published)")
+    p.add_argument("--tasks", required=True, help="comma-separated task folders to publish")
+
+
+def run(args) -> int:
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    done = publish(args.results, args.reports, tasks)
+    for task, html in zip(tasks, done.reports, strict=True):
+        print(f"{args.reports}/{task}: {html}")
+    for name in done.missing:
+        print(f"warning: {name} (named by a run) not found; not copied", file=sys.stderr)
+    if done.router_files:
+        print(f"{args.reports}/routers: {len(done.router_files)} router files")
+    return 0

@@ -1,0 +1,109 @@
+"""The control runs a sweep folder still needs so that every router is paired at a matched share.
+
+    hybridbench controls results/edition2/gsm8k        # lines "CONTROL P", one per run to add
+
+Each router is compared with its control (`random` for token routers, `random_query` for query
+routers: `reports.tables.control_of`) at a realized large-token share within MATCH (2
+points). A calibrated router realizes a share of its own on test, and a control's realized share
+differs from its p by chance, so an experiment (`hybridbench experiment run`) asks `needed` which
+control runs to add and runs them, a few rounds until every router is matched.
+
+How it aims. The router rows with no control run (nor small-only / large-only, the controls at
+p = 0 and 1) within MATCH of their share are taken in order of share and grouped, each group
+spanning at most SPAN (1.5 points), so that one control run serves every router of a group: one
+control run per group, aimed at the group's middle s. Its p is interpolated between the two
+control runs whose realized shares bracket s (p = s x asked / realized of the nearest run when
+none bracket it, p = s when there is none): a control's realized share is not proportional to p
+(random_query realizes less than its p where large's answers are shorter than small's, and how
+much less depends on p), so a ratio taken far from s, or pooled over all runs, aims wide. A
+control lands within about 1-2 points of its aim, so the middle of a 1.5-point group leaves each
+of its routers matched most of the time. A p that a control run already has is not asked again
+(that share cannot be reached by asking again). A control run started and not finished (an
+experiment stopped in it) comes first, so that it is resumed. Reads files only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.errors import UserError
+from reports.load import load_runs
+from reports.tables import CONTROL_ROUTERS, ENDS, UNCOMPARED, control_of
+from reports.text import MATCH
+
+SPAN = 0.015  # the widest group of router shares one control run is aimed at (see above)
+BOUNDS = ("oracle", "speculative")  # bounds, not routing policies under test: no control
+
+
+def unfinished(df) -> list[tuple[str, float]]:
+    """[(control, p)] for the control runs of `df` started but not finished: fewer examples
+    decoded (or failed) than the folder's fullest run, every row covering the same examples. An
+    experiment stopped mid-row resumes them here: their p is a setting a control run already has,
+    so `needed` does not ask for it again, and their share so far counts as the share they aim at."""
+    if "n" not in df or not len(df):
+        return []
+    failed = df["n_failed"].fillna(0) if "n_failed" in df else 0
+    done = df["n"].fillna(0) + failed
+    controls = df.router.isin(CONTROL_ROUTERS) & (done < done.max())
+    return [(r, round(float(p), 3)) for r, p in zip(df.router[controls],
+            df.setting_value[controls], strict=True)]  # fmt: skip
+
+
+def aim(runs, s: float) -> float:
+    """The p for a control aimed at share `s`, from its `runs` (rows with setting_value = p and
+    large_token_share): interpolated between the nearest runs below and above `s`, else the
+    nearest run's asked / realized ratio, else `s`."""
+    if not len(runs):
+        return s
+    share, p = runs.large_token_share.astype(float), runs.setting_value.astype(float)
+    below, above = share[share <= s], share[share > s]
+    if len(below) and len(above):
+        lo, hi = below.idxmax(), above.idxmin()
+        if p[hi] > p[lo]:
+            return p[lo] + (s - share[lo]) * (p[hi] - p[lo]) / (share[hi] - share[lo])
+    near = (share - s).abs().idxmin()
+    return s * p[near] / share[near]
+
+
+def pairs_of(routers) -> dict[str, tuple[str, ...]]:
+    """{control: routers paired with it} for the routers under test among `routers` (not the
+    ends, the controls themselves or the bounds); `random` first."""
+    pairs: dict[str, list[str]] = {}
+    for router in dict.fromkeys(routers):
+        if router not in (*UNCOMPARED, *BOUNDS):
+            pairs.setdefault(control_of(router), []).append(router)
+    order = sorted(pairs, key=lambda c: (c != "random", c))
+    return {c: tuple(pairs[c]) for c in order}
+
+
+def needed(df, pairs: dict[str, tuple[str, ...]] | None = None) -> list[tuple[str, float]]:
+    """[(control, p)] for the rows of `df` (reports.load.load_runs) that no control run matches,
+    after the control runs still unfinished (`unfinished`). `pairs`: {control: the routers it is
+    paired with}; default every router of `df` with its own control (`pairs_of`)."""
+    out = unfinished(df)
+    if not len(df):
+        return out
+    for control, routers in (pairs if pairs is not None else pairs_of(df.router)).items():
+        runs = df[(df.router == control) & (df.large_token_share > 0)]
+        have_p = {round(float(p), 3) for p in runs.setting_value}
+        # (a control run started but with nothing decoded yet has no share: NaN matches nothing)
+        shares = list(df[df.router.isin([control, *ENDS])].large_token_share.dropna())
+        alone = sorted(float(s) for s in df[df.router.isin(routers)].large_token_share.dropna()
+                       if all(abs(s - r) > MATCH for r in shares))  # fmt: skip
+        while alone:
+            group = [s for s in alone if s - alone[0] <= SPAN]
+            alone = alone[len(group) :]
+            s = (group[0] + group[-1]) / 2
+            p = round(min(max(float(aim(runs, s)), 0.001), 1.0), 3)
+            if p not in have_p and (control, p) not in out:
+                out.append((control, p))
+    return out
+
+
+def needed_in(folder: str | Path, pairs: dict[str, tuple[str, ...]] | None = None):
+    """`needed` for the runs of a sweep folder ([] for a folder with no run yet)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"{folder} is not a folder (a sweep's folder: one run folder per row)")
+    df = load_runs(folder)
+    return needed(df, pairs) if len(df) else []

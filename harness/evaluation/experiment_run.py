@@ -1,0 +1,264 @@
+"""Running an experiment's steps (harness/evaluation/experiment.py) in order, resumably:
+
+    run(spec, execute, lock="/tmp/hybridbench-heavy.lock")   # `hybridbench experiment run`
+    plan(spec)     # the command lines it would run now, nothing runs (`experiment plan`)
+    report(spec)   # per step: done, examples done of target, hours left (`experiment status`)
+
+A step its folders say is done is skipped without loading anything; any other is handed to
+`execute` (the command line's runner of one `hybridbench` command line), and the run folders it
+writes resume per example. A step that loads models holds the heavy lock (an exclusive `flock`
+on the file `lock`) while it runs, so that one heavy job runs at a time on a machine and others
+take turns between steps. A failed step is reported and the next one runs, as its inputs allow;
+publishing waits until every other step is done. Ctrl-C or SIGTERM stops the step under way as
+it stops `hybridbench run` (its records and manifest written) and ends the experiment; the same
+command resumes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import json
+import shlex
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from harness.evaluation import controls as matched
+from harness.evaluation.experiment import (
+    Anchor,
+    Command,
+    Controls,
+    Copy,
+    Note,
+    Publish,
+    Select,
+    Spec,
+    Step,
+    published,
+    steps,
+)
+from harness.evaluation.progress import anchor_folder, is_done, status, task_folder
+from reports.publish import restore
+
+# Runs one `hybridbench` command line (without the program name) in this process -> its exit
+# status; the command line provides it (`harness.cli.experiment.execute`).
+Execute = Callable[[tuple[str, ...]], int]
+INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C or SIGTERM
+
+
+@contextlib.contextmanager
+def held(lock: str | None, say: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold an exclusive flock on the file `lock` (created if missing); no lock when None."""
+    if not lock:
+        yield
+        return
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"   waiting for {lock}: another heavy job holds it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def command_line(argv) -> str:
+    return shlex.join(["hybridbench", *argv])
+
+
+def _call(argv, execute: Execute, lock: str | None, say, heavy: bool = True) -> int:
+    say(f"   {command_line(argv)}")
+    with held(lock if heavy else None, say):
+        rc = execute(tuple(argv))
+    if rc == INTERRUPTED:
+        raise KeyboardInterrupt
+    return rc
+
+
+def _select(step: Select) -> str:
+    """Copy the best candidate's files; return its folder's name and score."""
+    file, _, keys = step.metric.partition(":")
+    scores = {}
+    for folder in sorted(Path(p) for p in glob.glob(step.candidates)):
+        if (folder / file).is_file() and folder.resolve() != step.to.resolve():
+            value = json.loads((folder / file).read_text())
+            for key in keys.split(".") if keys else []:
+                value = value[key]
+            scores[folder] = float(value)
+    if not scores:
+        raise FileNotFoundError(f"no candidate {step.candidates} holds {file}")
+    best = max(scores, key=lambda f: (scores[f], f.name))
+    step.to.mkdir(parents=True, exist_ok=True)
+    for name in step.files:
+        shutil.copy2(best / name, step.to / name)
+    return f"{best.name} ({keys or file} {scores[best]:.4g}, of {len(scores)})"
+
+
+def _restore(spec: Spec, say) -> bool:
+    """Bring back the working copies of published runs (compressed) before a step runs: rows
+    resume from them and reuse their answers."""
+    for task in spec.tasks:
+        pub = published(spec, task)
+        copied = restore(pub, spec.out / task.name) if pub else []
+        if copied:
+            say(f"   {len(copied)} runs of {task.name} restored from {pub}")
+    return True
+
+
+def perform(step: Step, execute: Execute, lock: str | None, say) -> int:
+    """Do `step`; its exit status (0 when it did all it had to)."""
+    if isinstance(step, Command):
+        return _call(step.argv, execute, lock, say, step.heavy)
+    if isinstance(step, Anchor):
+        folder = anchor_folder(step.task_folder, step.n, step.published)
+        return (
+            0 if folder is None else _call((*step.argv, "--out", str(folder)), execute, lock, say)
+        )
+    if isinstance(step, Controls):
+        if not step.folder.is_dir():
+            say(f"   {step.folder}: no rows to pair yet")
+            return 1
+        for round_ in range(1, step.rounds + 1):
+            needs = matched.needed_in(step.folder, step.pairs)
+            if not needs:
+                break
+            say(f"   round {round_}: {', '.join(f'{c} p={p}' for c, p in needs)}")
+            for control, p in needs:
+                argv = (*step.argv[control], "--router-arg", f"{control}:p={p}")
+                rc = _call(argv, execute, lock, say)
+                if rc:
+                    return rc
+        return 0
+    if isinstance(step, Select):
+        try:
+            say(f"   chosen: {_select(step)}")
+        except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
+            say(f"   cannot choose: {e}")
+            return 1
+        return 0
+    if isinstance(step, Copy):
+        missing = [f for f in step.files if not f.is_file()]
+        for f in step.files:
+            if f.is_file():
+                step.to.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, step.to / f.name)
+        for f in missing:
+            say(f"   {f} not found")
+        return 1 if missing else 0
+    if isinstance(step, Publish):
+        return _call(step.argv, execute, lock, say, heavy=False)
+    return 0
+
+
+def settled(step: Step, rc: int) -> bool:
+    """Whether a step that just ran leaves nothing for publishing to wait for: its files say it
+    is done; or it has no files to say so (a command that resumes itself, the controls after their
+    rounds: a share that a few rounds did not match is left to the next run) and it did not fail."""
+    if is_done(step):
+        return True
+    no_marker = isinstance(step, Command) and step.done is None and step.runs is None
+    return (no_marker or isinstance(step, Controls)) and not rc
+
+
+def run(spec: Spec, execute: Execute, lock: str | None = None, say=print) -> int:
+    """Run the steps of `spec` not done yet (see the module docstring); 0 when all are done
+    after it, 1 when a step failed or is still not done. KeyboardInterrupt stops it."""
+    todo = steps(spec)
+    failed, pending, restored = [], [], False
+    say(f"experiment {spec.name}: {len(todo)} steps -> {spec.out}")
+    for i, step in enumerate(todo, 1):
+        head = f"[{i}/{len(todo)}] {step.label}"
+        if isinstance(step, Note):
+            say(f"{head}")
+            continue
+        if is_done(step):
+            say(f"{head}: done")
+            continue
+        if isinstance(step, Publish) and pending:
+            say(f"{head}: waits until every step is done ({len(pending)} not done)")
+            pending.append(step)
+            continue
+        if not restored:
+            restored = _restore(spec, say)
+        say(f"== {time.strftime('%H:%M:%S')} {head}")
+        try:
+            rc = perform(step, execute, lock, say)
+        except KeyboardInterrupt:
+            say(f"stopped in {head}; the same command resumes it")
+            raise
+        if rc:
+            failed.append(head)
+            say(f"!! {head}: exited {rc}")
+        if not settled(step, rc):
+            pending.append(step)
+    say(f"experiment {spec.name}: {len(todo) - len(pending)} of {len(todo)} steps done"
+        + (f", {len(failed)} failed:" if failed else ""))  # fmt: skip
+    for head in failed:
+        say(f"  {head}")
+    return 1 if failed or pending else 0
+
+
+def plan(spec: Spec) -> list[str]:
+    """Per step: its label and the command line it runs now (nothing runs); steps already done
+    are marked so, and a step decided when reached says how."""
+    out = [f"# experiment {spec.name} -> {spec.out}"]
+    for i, step in enumerate(steps(spec), 1):
+        head = f"# [{i}] {step.label}"
+        if isinstance(step, Note):
+            out.append(head)
+            continue
+        if (
+            isinstance(step, Anchor)
+            and anchor_folder(step.task_folder, step.n, step.published) is None
+        ):
+            out += [f"{head}: not needed now", "#   decided when reached: large-only into "
+                    f"{step.task_folder}/anchors/MACHINE_ID when rows were decoded on this "
+                    f"machine and large-only on fewer than {step.n} examples"]  # fmt: skip
+            continue
+        if is_done(step):
+            out.append(f"{head}: done")
+            continue
+        out.append(head)
+        if isinstance(step, Command | Publish):
+            out.append(command_line(step.argv))
+        elif isinstance(step, Anchor):
+            folder = anchor_folder(step.task_folder, step.n, step.published)
+            out.append(command_line((*step.argv, "--out", str(folder))))
+        elif isinstance(step, Controls):
+            held = task_folder(step.folder, step.published)
+            needs = matched.needed_in(held, step.pairs) if held.is_dir() else []
+            for control, p in needs:
+                out.append(command_line((*step.argv[control], "--router-arg", f"{control}:p={p}")))
+            out.append(f"#   once the rows are done: the controls they need, up to {step.rounds} "
+                       "rounds (`hybridbench controls FOLDER` lists them)")  # fmt: skip
+        elif isinstance(step, Select):
+            out.append(f"#   the folder {step.candidates} with the largest {step.metric}: "
+                       f"{', '.join(step.files)} copied into {step.to}")  # fmt: skip
+        elif isinstance(step, Copy):
+            out.append(f"#   {', '.join(map(str, step.files))} copied into {step.to}")
+    return out
+
+
+def report(spec: Spec) -> list[str]:
+    """Per step: where it stands; then the steps done and the hours left at measured rates."""
+    todo = steps(spec)
+    out = [f"experiment {spec.name} ({spec.path}) -> {spec.out}"]
+    hours, unknown, done = 0.0, 0, 0
+    for i, step in enumerate(todo, 1):
+        text, h, u = status(step)
+        if isinstance(step, Note):
+            out.append(f"[{i}/{len(todo)}] {step.label}")
+            done += 1
+            continue
+        done += is_done(step)
+        hours, unknown = hours + h, unknown + u
+        out.append(f"[{i}/{len(todo)}] {step.label}: {text}")
+    left = f"; ~{hours:.1f} h left at measured rates" if hours else ""
+    more = f" (+ {unknown} runs with no rate yet)" if unknown else ""
+    out.append(f"{done} of {len(todo)} steps done{left}{more}")
+    return out

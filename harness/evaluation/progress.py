@@ -1,0 +1,261 @@
+"""What an experiment's steps have done, read from their folders: whether each step is done and,
+for `hybridbench experiment status`, the examples done of each run's target and the hours left at
+the rate its sessions measured. Reads files only (a task's split size loads its data).
+
+A run's target is its --limit, or its split's size where that is smaller (--limit 1000 = all). A
+run not started yet is estimated at the mean rate of its step's started runs, when there is one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from harness.backends.batch_size import machine_id
+from harness.evaluation import controls as matched
+from harness.evaluation.experiment import (
+    Anchor,
+    Command,
+    Controls,
+    Copy,
+    Note,
+    Publish,
+    Runs,
+    Select,
+    Step,
+)
+from harness.evaluation.runner import load_records
+from harness.metrics.machines import by_machine, session_machines
+from harness.metrics.quality import throughput
+from reports.load import ANCHORS
+from reports.publish import is_published
+from routers import parse_args
+from tasks import get_task
+
+COST_LOG = "cost.jsonl"  # a training command's invocations (harness/training/common.py)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where one run folder stands."""
+
+    folder: Path
+    done: int  # examples scored (failed ones not counted)
+    target: int  # examples it must hold
+    rate: float  # examples per hour its sessions measured (0: none yet)
+
+    @property
+    def hours_left(self) -> float | None:
+        left = max(self.target - self.done, 0)
+        return 0.0 if not left else (left / self.rate if self.rate > 0 else None)
+
+
+@cache
+def split_size(task: str, task_args: tuple[str, ...], split: str, seed: int = 0) -> int:
+    """How many examples the split holds."""
+    return len(get_task(task, **parse_args(list(task_args))).split(split, seed=seed))
+
+
+def target(runs: Runs) -> int:
+    """The examples each of `runs`' folders must hold."""
+    if runs.split == "all" and runs.limit is not None:
+        return runs.limit
+    size = split_size(runs.task, runs.task_args, runs.split)
+    return size if runs.limit is None else min(runs.limit, size)
+
+
+def holding(folder: Path, published: Path | None) -> Path:
+    """`folder`, or its published copy when only that holds the run (working copies of a
+    published edition leave the tree; the experiment restores them when it resumes)."""
+    if published is None or (folder / "manifest.json").is_file():
+        return folder
+    return published if (published / "manifest.json").is_file() else folder
+
+
+def run_state(folder: Path, want: int, published: Path | None = None) -> RunState:
+    """`folder`'s examples done of `want` (or its `published` copy's), from its summary when that
+    says it is complete, else from its records; its rate from its manifest's sessions."""
+    folder = holding(folder, published)
+    manifest = folder / "manifest.json"
+    m = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    rate = throughput(m)["examples_per_hour"] if m else 0.0
+    rate = rate if rate == rate else 0.0  # NaN: no session timed yet
+    summary = folder / "summary.json"
+    if summary.is_file():
+        s = json.loads(summary.read_text())
+        if int(s.get("n") or 0) - int(s.get("n_failed") or 0) >= want:
+            return RunState(folder, want, want, rate)
+    records = folder / "records.jsonl"
+    done = len(load_records(records)) if records.exists() or m else 0
+    return RunState(folder, done, want, rate)
+
+
+def run_states(runs: Runs) -> list[RunState]:
+    want = target(runs)
+    return [run_state(f, want, runs.published and runs.published / f.name) for f in runs.folders]
+
+
+def task_folder(folder: Path, published: Path | None) -> Path:
+    """The folder that holds a task's runs: its working copy, else its published copy."""
+    if published is not None and published.is_dir() and not _has_runs(folder):
+        return published
+    return folder
+
+
+def _has_runs(folder: Path) -> bool:
+    return folder.is_dir() and any((d / "manifest.json").is_file() for d in folder.iterdir())
+
+
+def anchor_folder(folder: Path, n: int, published: Path | None = None) -> Path | None:
+    """Where this machine's speed anchor goes when it needs one: when rows of the task were
+    decoded here and large-only on fewer than `n` of its examples (speed ratios are taken within
+    one machine, harness/metrics/machines.py); None when it needs none."""
+    here, held = machine_id(), task_folder(folder, published)
+    manifests = {"here": {"sessions": [{"machine": {"id": here}}]}}
+    for run in sorted(held.glob("*/manifest.json")) if held.is_dir() else []:
+        manifests[run.parent.name] = json.loads(run.read_text(encoding="utf-8"))
+    labels = session_machines(manifests)
+    mine = labels["here"][0]
+    if not any(mine in machines for name, machines in labels.items() if name != "here"):
+        return None  # nothing decoded here: no speed here to compare
+    done = by_machine(manifests.get("large__default", {}), labels.get("large__default", []))
+    if done.get(mine, {}).get("examples", 0) >= n:
+        return None
+    return folder / ANCHORS / here
+
+
+def _anchor_state(step: Anchor, folder: Path) -> RunState:
+    copy = step.published / ANCHORS / folder.name if step.published else None
+    return run_state(folder, step.n, copy)
+
+
+def _checkpoint_has(path: Path, key: str) -> bool:
+    import torch  # only for a step that names done_stat
+
+    return key in (torch.load(path, weights_only=True, map_location="cpu").get("stats") or {})
+
+
+def _lines(path: Path) -> int:
+    with path.open("rb") as f:
+        return sum(1 for _ in f)
+
+
+def is_done(step: Step) -> bool:
+    """Whether `step` has nothing left to do, judged from its folders."""
+    if isinstance(step, Note):
+        return True
+    if isinstance(step, Command):
+        if step.runs is not None:
+            return all(s.done >= s.target for s in run_states(step.runs))
+        if step.done is not None:
+            if not step.done.is_file():
+                return False
+            if step.done_lines and _lines(step.done) < step.done_lines:
+                return False
+            return not step.done_stat or _checkpoint_has(step.done, step.done_stat)
+        return False
+    if isinstance(step, Anchor):
+        folder = anchor_folder(step.task_folder, step.n, step.published)
+        return folder is None or _anchor_state(step, folder).done >= step.n
+    if isinstance(step, Controls):
+        folder = task_folder(step.folder, step.published)
+        return _has_runs(folder) and not matched.needed_in(folder, step.pairs)
+    if isinstance(step, Select):
+        return all((step.to / f).is_file() for f in step.files)
+    if isinstance(step, Copy):
+        return all((step.to / f.name).is_file() for f in step.files)
+    if isinstance(step, Publish):
+        return all(is_published(step.src / t, step.dest / t) for t in step.tasks)
+    raise TypeError(f"not a step: {step!r}")
+
+
+def _hours(h: float) -> str:
+    return f"~{h:.1f} h"
+
+
+def runs_status(runs: Runs) -> tuple[str, float, int]:
+    """('3 of 9 runs done; 420 examples to go, ~5.2 h', hours left, runs with no rate)."""
+    states = run_states(runs)
+    rates = [s.rate for s in states if s.rate > 0]
+    mean = sum(rates) / len(rates) if rates else 0.0
+    left = [s for s in states if s.done < s.target]
+    if not left:
+        each = {s.target for s in states}
+        n = f"{each.pop()} examples each" if len(each) == 1 else "their examples"
+        return f"done ({len(states)} run{'s' * (len(states) > 1)}, {n})", 0.0, 0
+    if len(states) == 1:
+        s = states[0]
+        text = f"done {s.done}/{s.target}, {s.target - s.done} to go"
+        if s.rate > 0:
+            return text + f", {_hours(s.hours_left)} at {s.rate:.0f} examples/h", s.hours_left, 0
+        return text + " (no rate measured yet)", 0.0, 1
+    hours, unknown = 0.0, 0
+    for s in left:
+        rate = s.rate or mean
+        if rate > 0:
+            hours += (s.target - s.done) / rate
+        else:
+            unknown += 1
+    to_go = sum(s.target - s.done for s in left)
+    text = f"{len(states) - len(left)} of {len(states)} runs done; {to_go} examples to go"
+    if hours:
+        text += f", {_hours(hours)}"
+    if unknown:
+        text += f" (+ {unknown} run{'s' * (unknown > 1)} with no rate measured yet)"
+    return text, hours, unknown
+
+
+def training_hours(folder: Path, out: str | None = None) -> float:
+    """The wall hours of the invocations in a training folder's cost.jsonl (those whose --out
+    was `out`, when given: calibrations share one folder)."""
+    path = folder / COST_LOG
+    hours = 0.0
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        argv = row.get("argv") or []
+        if out is None or ("--out" in argv[:-1] and argv[argv.index("--out") + 1] == out):
+            hours += float(row.get("wall_s") or 0) / 3600
+    return hours
+
+
+def status(step: Step) -> tuple[str, float, int]:
+    """(one line on where `step` stands, hours left at measured rates, runs with no rate)."""
+    if isinstance(step, Note):
+        return "note", 0.0, 0
+    if isinstance(step, Command) and step.runs is not None:
+        return runs_status(step.runs)
+    if isinstance(step, Command):
+        folder = step.done.parent if step.done is not None else None
+        out = step.argv[step.argv.index("--out") + 1] if "--out" in step.argv[:-1] else None
+        hours = training_hours(folder, out) if folder and folder.is_dir() else 0.0
+        spent = f"; {hours:.2f} h so far" if hours else ""
+        if step.done is None:
+            return f"runs every time (it resumes itself){spent}", 0.0, 0
+        return (
+            ("done" if is_done(step) else f"to do ({step.done.name} not there yet)") + spent,
+            0,
+            0,
+        )
+    if isinstance(step, Anchor):
+        folder = anchor_folder(step.task_folder, step.n, step.published)
+        if folder is None:
+            return "not needed on this machine (no row decoded here without large-only)", 0, 0
+        state = _anchor_state(step, folder)
+        hours = state.hours_left
+        text = f"done {state.done}/{step.n} into {folder}"
+        return text + (f", {_hours(hours)}" if hours else ""), hours or 0.0, int(hours is None)
+    if isinstance(step, Controls):
+        folder = task_folder(step.folder, step.published)
+        if not _has_runs(folder):
+            return "after the rows", 0.0, 0
+        needs = matched.needed_in(folder, step.pairs)
+        if not needs:
+            return "done (every router has a control within 2 points of its share)", 0.0, 0
+        runs = ", ".join(f"{c} p={p}" for c, p in needs)
+        return f"to run: {runs} (then up to {step.rounds - 1} more rounds)", 0.0, len(needs)
+    return ("done" if is_done(step) else "to do"), 0.0, 0

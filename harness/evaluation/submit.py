@@ -1,0 +1,405 @@
+"""`hybridbench submit`: a router evaluated against a published edition, on the same examples, and
+placed on its leaderboard with paired verdicts against the published rows.
+
+    hybridbench submit --router margin --edition reports/published/gsm8k --out runs/submit-gsm8k
+
+1. Checks that this submission can be paired with the edition's rows, and refuses with the
+   reason when not: the task and split (its examples here must be the edition's: the same ids),
+   the models (sha256 of each weight file), the decoding (every DecodeConfig field) and the
+   backend of each model; a different backend version is noted, not refused.
+2. Calibrates a score router (`routers.score.ScoreRouter`) on the calib split
+   (OUT/calibration.json, `hybridbench calibrate`), then runs it at each of the edition's target
+   shares on the edition's examples (OUT/runs/, one `hybridbench run` folder per share). A router
+   that is no score router runs its own sweep settings at those shares (`sweep_settings`).
+3. Adds a matched control (`random`; `random_query` for a query router) only where the edition
+   has none, nor small-only or large-only, within 2 points of a row's realized large-token share.
+4. Decodes a large-only speed anchor on this machine (OUT/anchors/; --anchor-limit examples), so
+   that every throughput ratio stays within one machine.
+5. Writes OUT/board/ (the edition's run folders and the new ones, linked), its leaderboard
+   OUT/report/ (`hybridbench report`: the new rows among the published ones), with the
+   submission's verdicts at its top, also in OUT/submission.md and OUT/submission.json: each new
+   row against its matched control and against the best published router at the same share
+   (within 2 points), paired on the same examples with 95% bootstrap intervals.
+
+Every step resumes: run folders resume per example and a calibration file is reused, so the same
+command continues an interrupted submission.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from harness.backends.batch_size import machine_id
+from harness.backends.engine import backend_kinds, decode_config, engine_from_args
+from harness.core.loop import DecodeConfig
+from harness.errors import UserError
+from harness.evaluation.runner import evaluate
+from harness.evaluation.sweep import router_settings, setting_name
+from harness.metrics.quality import paired_difference
+from reports import load_runs, write_report
+from reports.load import read_records, run_dirs
+from reports.render import html_table, md_table
+from reports.tables import ENDS, Table, control_of
+from reports.text import MATCH, quality_cell
+from routers import get_router, parse_args, router_class, router_entry
+from routers.score import ScoreRouter
+from tasks import get_task, task_ref
+
+NEW = "submitted-"  # prefix of the new run folders on the board
+NOT_RIVALS = ("small", "large", "random", "random_query", "oracle", "speculative")  # see below
+# Calibrates a score router: `harness.training.calibrate.calibrate(args, engine)`, handed in by
+# the command line (training sits above evaluation).
+Calibrate = Callable[[argparse.Namespace, object], int]
+
+
+@dataclass(frozen=True)
+class Edition:
+    """What a published task folder fixed, read from its run manifests."""
+
+    folder: Path  # the task folder, e.g. reports/published/gsm8k
+    task: str  # task name, as its runs record it
+    task_ref: str  # the name that builds the task here (a registered name, or its class path)
+    task_args: dict  # its arguments
+    split: str  # the split its rows ran on
+    split_seed: int  # the split's seed
+    example_ids: tuple[str, ...]  # the examples every row ran (its large-only row's)
+    decode: dict  # DecodeConfig fields as manifests record them (no eos ids)
+    models: dict  # role -> {"source", "sha256", "backend"} of its large-only row
+    backends: dict  # role -> backend kind ("llama.cpp", "hf", "remote")
+    dtype: str  # the transformers dtype (what an hf backend computes in)
+    shares: tuple[float, ...]  # the target shares its rows were run at
+
+
+def read_edition(folder: str | Path) -> Edition:
+    """The edition of a published task folder; one error line when it is none."""
+    folder = Path(folder)
+    manifests = {d: json.loads((d / "manifest.json").read_text()) for d in run_dirs(folder)}
+    large = [d for d, m in manifests.items() if m.get("router") == "large"]
+    if not large:
+        raise UserError(f"{folder} is not a published task folder: it has no large-only run")
+    m = manifests[large[0]]
+    for key in ("task", "task_args", "split", "split_seed", "decode"):
+        values = {json.dumps(x.get(key), sort_keys=True) for x in manifests.values()}
+        if len(values) > 1:
+            raise UserError(f"{folder}: its runs differ in {key}; pairing needs one edition")
+    shares = {float(x["router_args"]["target_share"]) for x in manifests.values()
+              if "target_share" in (x.get("router_args") or {})}  # fmt: skip
+    if not shares:
+        raise UserError(f"{folder}: no row of it ran at a target share (target_share=)")
+    ids = tuple(sorted(r["example_id"] for r in read_records(large[0]) if not r.get("error")))
+    models = {role: {k: (m.get("models") or {}).get(role, {}).get(k, "")
+                     for k in ("source", "sha256", "backend")}
+              for role in ("small", "large")}  # fmt: skip
+    sources = m.get("model_sources") or {}
+    ref = task_ref(m)
+    return Edition(folder, m["task"], ref, m.get("task_args") or {}, m["split"], m["split_seed"], ids,
+                   m["decode"], models, sources.get("backends") or {}, sources.get("dtype", ""),
+                   tuple(sorted(shares)))  # fmt: skip
+
+
+def _differ(what: str, here, there) -> UserError:
+    return UserError(f"{what} differs from the edition's: {here} here, {there} there; "
+                     "its rows could not be paired with this submission's")  # fmt: skip
+
+
+def check_request(ed: Edition, args, task) -> None:
+    """Refuse, before loading a model, what cannot match: task, split, examples, decoding,
+    backends (and the dtype of a transformers model)."""
+    if args.task and args.task not in (ed.task, ed.task_ref):
+        raise _differ("the task", args.task, ed.task)
+    if args.split and args.split != ed.split:
+        raise _differ("the split", args.split, ed.split)
+    here = sorted(ex.id for ex in task.split(ed.split, seed=ed.split_seed)[: len(ed.example_ids)])
+    if tuple(here) != ed.example_ids:
+        odd = sorted(set(ed.example_ids) ^ set(here))
+        raise UserError(
+            f"task {ed.task}'s first {len(ed.example_ids)} {ed.split} examples here are not the "
+            f"edition's (e.g. {odd[0] if odd else '?'}): its data or split differ"
+        )
+    decode = asdict(decode_config(args, stop=tuple(task.stop)))
+    decode.pop("eos_ids", None)
+    # a field the edition predates counts as its default (the decoding the edition ran)
+    there = {**{f.name: f.default for f in fields(DecodeConfig)}, **ed.decode}
+    for key in sorted(decode):
+        if json.dumps(decode[key]) != json.dumps(there.get(key)):
+            raise _differ(f"decoding ({key})", decode[key], there.get(key))
+    kinds = backend_kinds(args)
+    for role in ("small", "large"):
+        if ed.backends.get(role) and kinds[role] != ed.backends[role]:
+            raise _differ(f"{role}'s backend", kinds[role], ed.backends[role])
+    if "hf" in kinds.values() and ed.dtype and args.dtype != ed.dtype:
+        raise _differ("the dtype of the transformers models", args.dtype, ed.dtype)
+
+
+def check_models(ed: Edition, engine) -> list[str]:
+    """Refuse models whose weights differ from the edition's (sha256); notes on what differs
+    but is not refused (a backend's version)."""
+    infos, notes = engine.model_infos(), []
+    for role in ("small", "large"):
+        mine, theirs = infos[role], ed.models[role]
+        if not theirs["sha256"]:
+            raise UserError(f"the edition records no sha256 of its {role} model: nothing to match")
+        if mine.get("sha256") != theirs["sha256"]:
+            raise _differ(f"the {role} model (sha256)", (mine.get("sha256") or "unknown")[:12],
+                          f"{theirs['sha256'][:12]} ({theirs['source']})")  # fmt: skip
+        if (mine.get("backend") or "") != theirs["backend"]:
+            notes.append(f"{role}'s backend is {mine.get('backend')} here, {theirs['backend']} "
+                         "in the edition (same weights and decoding)")  # fmt: skip
+    return notes
+
+
+def _kv(key: str, value) -> str:
+    """key=value as `routers.parse_args` reads it back to the same value."""
+    text = str(value).lower() if isinstance(value, bool) else repr(value)
+    return f"{key}={text if not isinstance(value, str) else value}"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._=+-" else "-" for c in name)
+
+
+class Submission:
+    """One submission's folder and the runs it makes (see the module docstring)."""
+
+    def __init__(self, args, ed: Edition, engine, calibrate: Calibrate):
+        self.args, self.ed, self.engine, self.calibrate = args, ed, engine, calibrate
+        self.out = Path(args.out)
+        self.cls = router_class(args.router)
+
+    def namespace(self, **fields) -> argparse.Namespace:
+        """The submit command's arguments with the edition's task, split and decoding set."""
+        base = {**vars(self.args), "task": self.ed.task_ref, "split": self.ed.split,
+                "split_seed": self.ed.split_seed, "reuse_answers": None,
+                "task_arg": [_kv(k, v) for k, v in self.ed.task_args.items()],
+                **{k: self.ed.decode[k] for k in ("temperature", "top_p", "seed",
+                                                  "max_new_tokens")}}  # fmt: skip
+        return argparse.Namespace(**{**base, **fields})
+
+    def calibration(self, fixed: dict) -> dict:
+        """A score router's fixed arguments with its calibration file (made once, on calib)."""
+        if not issubclass(self.cls, ScoreRouter):
+            return fixed
+        path = self.out / "calibration.json"
+        if path.is_file():
+            cal = json.loads(path.read_text())
+            given = {k: v for k, v in fixed.items() if k != self.cls.checkpoint_arg}
+            mine = {k: v for k, v in cal.get("router_args", {}).items()
+                    if k != self.cls.checkpoint_arg}  # fmt: skip
+            if cal.get("router_class") != router_entry(self.args.router).target or mine != given:
+                raise UserError(f"{path} calibrates another router or setting; use another --out")
+            print(f"{path}: reused", file=sys.stderr)
+        else:
+            args = self.namespace(out=str(path), limit=self.args.calib_limit, split="calib",
+                                  records=self.args.calib_records, checkpoint=None,
+                                  router_arg=[_kv(k, v) for k, v in fixed.items()])  # fmt: skip
+            self.calibrate(args, self.engine)
+        return {**fixed, "calibration": str(path.resolve())}
+
+    def run(self, router: str, router_args: dict, folder: Path, limit: int) -> Path:
+        """One `hybridbench run` into `folder` (resumed if it exists) on the shared engine."""
+        built = get_router(router, router_args)
+        for role, backend in built.backends(self.engine).items():  # e.g. a reward model
+            if role not in self.engine.backends:
+                self.engine.add(role, backend)
+        args = self.namespace(router=router, limit=limit, out=str(folder),
+                              router_arg=[_kv(k, v) for k, v in router_args.items()])  # fmt: skip
+        if evaluate(args, engine=self.engine) != 0:
+            raise UserError(f"{folder}: some examples failed (see its records.jsonl); run the "
+                            "same command again to retry them")  # fmt: skip
+        return folder
+
+    def rows(self) -> list[Path]:
+        fixed = self.calibration(parse_args(self.args.router_arg))
+        n = len(self.ed.example_ids)
+        out = []
+        for setting in router_settings(self.args.router, list(self.ed.shares), fixed):
+            name = f"{_safe(self.args.router)}__{setting_name(setting)}"
+            out.append(
+                self.run(self.args.router, {**fixed, **setting}, self.out / "runs" / name, n)
+            )
+        return out
+
+    def controls(self, rows: list[Path]) -> list[Path]:
+        """Matched controls where neither the edition nor an earlier control has one within
+        MATCH of a row's share: p aimed at the row's share, aimed again once if it missed."""
+        query = json.loads((rows[0] / "summary.json").read_text()).get("query_large_share")
+        control = "random" if query is None else "random_query"  # a query router's: per prompt
+        edition = load_runs(self.ed.folder)
+        pool = list(edition.loc[edition["router"].isin([control, *ENDS]), "large_token_share"])
+        added = []
+        for row in rows:
+            aim = _share(row)
+            p = aim
+            for _ in range(2):
+                if math.isnan(aim) or any(abs(s - aim) <= MATCH for s in pool):
+                    break
+                p = round(min(1.0, max(0.0, p)), 3)
+                folder = self.out / "runs" / f"{control}__p={p!r}"
+                added.append(self.run(control, {"p": p}, folder, len(self.ed.example_ids)))
+                pool.append(_share(folder))
+                p += aim - pool[-1]  # the miss, corrected once
+        return added
+
+    def anchor(self) -> Path | None:
+        """Large-only on the edition's first --anchor-limit examples, on this machine."""
+        if not self.args.anchor_limit:
+            return None
+        folder = self.out / "anchors" / f"{machine_id()}-submission"
+        return self.run("large", {}, folder, self.args.anchor_limit)
+
+    def board(self, rows: list[Path]) -> Path:
+        """OUT/board: links to the edition's run folders and anchors, and to the new runs."""
+        board = self.out / "board"
+        shutil.rmtree(board, ignore_errors=True)
+        (board / "anchors").mkdir(parents=True)
+        for d in run_dirs(self.ed.folder):
+            os.symlink(d.resolve(), board / d.name)
+        for d in [*_runs_in(self.ed.folder / "anchors"), *_runs_in(self.out / "anchors")]:
+            os.symlink(d.resolve(), board / "anchors" / d.name)
+        for d in rows:
+            os.symlink(d.resolve(), board / f"{NEW}{d.name}")
+        return board
+
+
+def _runs_in(folder: Path) -> list[Path]:
+    return run_dirs(folder) if folder.is_dir() else []
+
+
+def _share(folder: Path) -> float:
+    summary = json.loads((folder / "summary.json").read_text())
+    share = summary.get("large_token_share")
+    return math.nan if share is None else float(share)
+
+
+def submit(args, calibrate: Calibrate) -> int:
+    """`hybridbench submit` (see the module docstring)."""
+    ed = read_edition(args.edition)
+    task = get_task(ed.task_ref, **ed.task_args)
+    probe = argparse.Namespace(**{**vars(args), **{k: ed.decode[k] if getattr(args, k) is None
+                                                   else getattr(args, k) for k in
+                                                   ("temperature", "top_p", "seed",
+                                                    "max_new_tokens")}})  # fmt: skip
+    check_request(ed, probe, task)
+    router_class(args.router)  # an unknown or broken router: refused before loading models
+    engine = engine_from_args(probe)
+    notes = check_models(ed, engine)
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
+    sub = Submission(probe, ed, engine, calibrate)
+    rows = sub.rows()
+    controls = sub.controls(rows)
+    anchor = sub.anchor()
+    board = sub.board(rows + controls)
+    report = write_report(board, sub.out / "report")
+    verdicts = verdict_tables(board, args.router)
+    facts = {"router": args.router, "router_class": router_entry(args.router).provenance(),
+             "edition": str(ed.folder), "task": ed.task, "split": ed.split,
+             "n": len(ed.example_ids), "shares": list(ed.shares),
+             "checked": ["task", "split", "examples", "decoding", "backends", "models (sha256)"],
+             "notes": notes, "rows": [str(r) for r in rows],
+             "controls_added": [str(c) for c in controls],
+             "anchor": str(anchor) if anchor else None,
+             "verdicts": [asdict(t) for t in verdicts]}  # fmt: skip
+    (sub.out / "submission.json").write_text(json.dumps(facts, indent=1) + "\n")
+    write_section(sub.out, report, ed, verdicts, notes)
+    print(sub.out / "submission.md")
+    print(report)
+    return 0
+
+
+def _verdict(d: dict) -> str:
+    if not d["n"]:
+        return "—"
+    return "better" if d["ci_low"] > 0 else "worse" if d["ci_high"] < 0 else "no difference"
+
+
+def _diff(d: dict) -> str:
+    return f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["n"] else "—"
+
+
+def verdict_tables(board: Path, router: str) -> list[Table]:
+    """The new rows against their matched control and against the published routers at the
+    same share (within MATCH), each paired on the examples both scored."""
+    df = load_runs(board)
+    mine = df[df["run"].str.startswith(NEW) & (df["router"] == router)]
+    published = df[~df["run"].str.startswith(NEW)]
+    rivals = published[~published["router"].isin(NOT_RIVALS)]
+    if "transfer" in rivals:  # routers trained on another task: listed apart in the edition
+        rivals = rivals[~rivals["transfer"].fillna(False).astype(bool)]
+    records = {p: read_records(p) for p in df["path"]}
+    control_rows, best_rows, every_rows = [], [], []
+    for _, r in mine.sort_values("large_token_share").iterrows():
+        me = (router, r["setting"] or "—", f"{r['large_token_share']:.3f}")
+        pool = df[df["router"].isin([control_of(router), *ENDS])]
+        gap = (pool["large_token_share"] - r["large_token_share"]).abs()
+        if len(pool):
+            c = pool.loc[gap.idxmin()]
+            d = paired_difference(records[r["path"]], records[c["path"]], r["metric"])
+            matched = "" if gap.min() <= MATCH else " (not matched)"
+            control_rows.append((*me, quality_cell(r), f"{c['router']} {c['setting']}".strip(),
+                                 f"{c['large_token_share']:.3f}{matched}", str(d["n"]), _diff(d),
+                                 _verdict(d)))  # fmt: skip
+        near = rivals[(rivals["large_token_share"] - r["large_token_share"]).abs() <= MATCH]
+        near = near.sort_values(["quality", "run"], ascending=[False, True])
+        if not len(near):
+            best_rows.append((*me, quality_cell(r), "no published router within 2 points", "—",
+                              "—", "—", "—", "—"))  # fmt: skip
+        for i, (_, b) in enumerate(near.iterrows()):
+            d = paired_difference(records[r["path"]], records[b["path"]], r["metric"])
+            cells = (f"{b['router']} {b['setting']}".strip(), f"{b['large_token_share']:.3f}",
+                     quality_cell(b), str(d["n"]), _diff(d), _verdict(d))  # fmt: skip
+            if i == 0:
+                best_rows.append((*me, quality_cell(r), *cells))
+            every_rows.append((*me, *cells))
+    head = ("router", "setting", "large token share")
+    pairing = ("paired n", "difference [95% CI]", "verdict")
+    return [
+        Table("Submitted rows vs their matched control", (*head, "quality [95% CI]", "control",
+              "its share", *pairing), tuple(control_rows)),
+        Table("Submitted rows vs the best published router at the same share (within 2 points)",
+              (*head, "quality [95% CI]", "published router", "its share",
+               "its quality [95% CI]", *pairing), tuple(best_rows)),
+        Table("Submitted rows vs every published router within 2 points",
+              (*head, "published router", "its share", "its quality [95% CI]", *pairing),
+              tuple(every_rows)),
+    ]  # fmt: skip
+
+
+INTRO = (
+    "This leaderboard holds the edition's published rows and a submission's new rows (run "
+    "folders named {new}...). The submission ran on the edition's {n} {split} examples of "
+    "{task}, with the same models (sha256), decoding and backends; each comparison below is "
+    "paired on those examples (difference of the primary metric, 95% paired bootstrap "
+    "interval; better / worse: the interval excludes 0). A control or rival is matched when "
+    "its large-token share is within 2 points."
+)
+
+
+def write_section(out: Path, report: Path, ed: Edition, tables: list[Table], notes) -> None:
+    """OUT/submission.md, and the same section at the top of the report's Markdown and HTML."""
+    intro = INTRO.format(new=NEW, n=len(ed.example_ids), split=ed.split, task=ed.task)
+    lines = ["## Submission", "", intro, *([""] + [f"- note: {n}" for n in notes] if notes else [])]
+    body = ["<h2>Submission</h2>", f"<p>{html.escape(intro)}</p>"]
+    body += [f"<p>note: {html.escape(n)}</p>" for n in notes]
+    for t in tables:
+        lines += ["", f"### {t.title}", "", md_table(t)]
+        body += [f"<h3>{html.escape(t.title)}</h3>", html_table(t)]
+    section = "\n".join(lines) + "\n"
+    link = f"\nThe whole leaderboard: [{report.name}](report/{report.name}).\n"
+    (out / "submission.md").write_text(f"# Submission to {ed.folder}\n\n{section}{link}")
+    md = report.with_suffix(".md")
+    if md.is_file():
+        head, _, rest = md.read_text().partition("\n")
+        md.write_text(f"{head}\n\n{section}{rest}")
+    page = report.read_text()
+    at = page.find("</h1>") + len("</h1>") if "</h1>" in page else page.find("<body>") + 6
+    report.write_text(page[:at] + "\n" + "\n".join(body) + page[at:])

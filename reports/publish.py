@@ -1,0 +1,170 @@
+"""Publish a sweep's results as a leaderboard edition: copy them compressed, regenerate the report.
+
+    hybridbench publish results/edition2 reports/published --tasks gsm8k,mbpp,humaneval
+
+For each task folder of SRC (run folders, its speed anchors `anchors/*/`, and `device/` rows
+measured on a GPU machine): DEST/<task>/ is replaced by the task's run folders and anchors
+(manifest.json, summary.json, and the records gzip-compressed with no timestamp,
+records.jsonl.gz: the readers take either), then the report is written to DEST/<task>/report/.
+The router files the runs name (checkpoints and calibration files in their manifests' router
+arguments) are copied into DEST/routers/, listed in DEST/routers/files.json with their sha256 and
+the path the runs used. Nothing else in DEST is touched: the edition's README is written by hand
+from the reports' setup and cost tables. Publishing the same runs twice gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UserError
+from reports import write_report
+from reports.load import ANCHORS, run_dirs
+
+RUN_FILES = ("manifest.json", "summary.json")
+FILE_ARGS = ("path", "checkpoint", "calibration")  # router arguments that name a file
+DEVICE = "device"  # a task folder's rows measured on a GPU machine (JSON files)
+
+
+@dataclass(frozen=True)
+class Published:
+    """What `publish` wrote."""
+
+    reports: tuple[Path, ...]  # each task's report (its HTML page)
+    router_files: tuple[
+        str, ...
+    ]  # the router files copied into DEST/routers/, as the runs named them
+    missing: tuple[str, ...]  # router files the runs name that were not found (not copied)
+
+
+def names_a_file(value) -> bool:
+    """Whether a router argument's value is a file path: `reward:checkpoint=PATH` is, while the
+    `checkpoint` a calibration file adds to citer's and query's arguments is the sha256 prefix
+    of the checkpoint it was made for (a name with neither folder nor suffix)."""
+    return isinstance(value, str) and ("/" in value or "." in Path(value).name)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def compress(src: Path, dst: Path) -> None:
+    """gzip with mtime 0 and no file name: the same input gives the same bytes."""
+    with src.open("rb") as fin, dst.open("wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as fout:
+            shutil.copyfileobj(fin, fout)
+
+
+def task_runs(src: Path) -> list[Path]:
+    """A task folder's run folders and speed anchors, the folders an edition publishes."""
+    runs = run_dirs(src)
+    if (src / ANCHORS).is_dir():  # large-only on another machine: the speed ratios' denominators
+        runs += run_dirs(src / ANCHORS)
+    return runs
+
+
+def publish_task(src: Path, dest: Path) -> list[str]:
+    """Replace `dest` by `src`'s run folders (records compressed) and device rows; return the
+    router files their manifests name."""
+    runs = task_runs(src)
+    if not runs:
+        raise UserError(f"{src}: no run folders to publish")
+    if dest.exists():
+        shutil.rmtree(dest)
+    files = []
+    for run in runs:
+        out = dest / run.relative_to(src)
+        out.mkdir(parents=True)
+        for name in RUN_FILES:
+            if (run / name).is_file():
+                shutil.copy2(run / name, out / name)
+        records = run / "records.jsonl"
+        if records.is_file():
+            compress(records, out / "records.jsonl.gz")
+        elif (run / "records.jsonl.gz").is_file():  # committed compressed already
+            shutil.copy2(run / "records.jsonl.gz", out / "records.jsonl.gz")
+        args = json.loads((run / "manifest.json").read_text()).get("router_args") or {}
+        files += [v for k, v in args.items() if k in FILE_ARGS and names_a_file(v)]
+    if (src / DEVICE).is_dir():
+        shutil.copytree(src / DEVICE, dest / DEVICE)
+    return files
+
+
+def is_published(src: Path, dest: Path) -> bool:
+    """Whether `dest` holds every run of the task folder `src` as it stands: each run's
+    summary.json the same bytes (a run that grew or changed has a new summary). A task whose
+    working copies left the tree once published (only `dest` holds runs) is published."""
+    runs = task_runs(src) if src.is_dir() and run_dirs(src) else []
+    if not runs:
+        return dest.is_dir() and bool(run_dirs(dest))
+    return all(
+        (dest / r.relative_to(src) / "summary.json").is_file()
+        and (dest / r.relative_to(src) / "summary.json").read_bytes()
+        == (r / "summary.json").read_bytes()
+        for r in runs
+        if (r / "summary.json").is_file()
+    )
+
+
+def restore(dest: Path, src: Path) -> list[Path]:
+    """Copy the runs of a published task folder `dest` that the task folder `src` lacks back
+    into it (manifest.json, summary.json, records.jsonl.gz: a run resumes from them, and answers
+    are reused from them); return the run folders restored."""
+    if not dest.is_dir() or not run_dirs(dest):
+        return []
+    restored = []
+    for run in task_runs(dest):
+        out = src / run.relative_to(dest)
+        if (out / "manifest.json").is_file():
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        for name in (*RUN_FILES, "records.jsonl.gz"):
+            if (run / name).is_file():
+                shutil.copy2(run / name, out / name)
+        restored.append(out)
+    return restored
+
+
+def copy_router_files(names: set[str], dest: Path) -> tuple[list[str], list[str]]:
+    """Copy the router files `names` into dest/routers/ as SHA12-NAME and list them in
+    dest/routers/files.json; return (copied, missing)."""
+    listing, missing = {}, []
+    for name in sorted(names):
+        path = Path(name)
+        if not path.is_file():
+            missing.append(name)
+            continue
+        digest = sha256(path)
+        target = f"{digest[:12]}-{path.name}"
+        (dest / "routers").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest / "routers" / target)
+        listing[target] = {"used_as": name, "sha256": digest}
+    if listing:
+        (dest / "routers" / "files.json").write_text(json.dumps(listing, indent=1) + "\n")
+    return sorted(v["used_as"] for v in listing.values()), missing
+
+
+def publish(src: str | Path, dest: str | Path, tasks: list[str]) -> Published:
+    """Publish the task folders `tasks` of `src` into `dest` (see the module docstring)."""
+    src, dest = Path(src), Path(dest)
+    if not tasks:
+        raise UserError("no tasks to publish (--tasks)")
+    missing_tasks = [t for t in tasks if not (src / t).is_dir()]
+    if missing_tasks:
+        raise UserError(f"{src} has no task folder {', '.join(missing_tasks)}")
+    files: set[str] = set()
+    reports = []
+    for task in tasks:
+        files |= set(publish_task(src / task, dest / task))
+        reports.append(dest / task / "report" / "leaderboard.html")
+    write_report(dest)  # the whole site: every task's page, linked, and the index across them
+    copied, missing = copy_router_files(files, dest)
+    return Published(tuple(reports), tuple(copied), tuple(missing))

@@ -1,0 +1,312 @@
+"""The quality tables of a task page: the quality goal, the paired verdicts, the runs, the
+routers' curve metrics and the transfer runs, each a `Table` of text cells.
+
+Every table here reads one `TaskRuns` (a task's runs, loaded once, with the settings of its
+routers written for reading) and is a pure function of it:
+
+    >>> task = TaskRuns.of(add_speed(load_runs("reports/published/mbpp")))
+    >>> goal_table(task).rows[0]
+    ('speculative', 'fixed k', '0.229', '0.545 [0.475, 0.615]', '105.0%', 'better', ...)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from harness.metrics import quality as metrics
+from harness.metrics.frontier import aiq, apgr, cpt, pgr
+from reports.load import REFERENCES, RUN_ORDER, decoded, read_records
+from reports.plots import reference
+from reports.text import (
+    GOAL_SHARE,
+    MATCH,
+    constant_args,
+    constants_note,
+    num,
+    pct,
+    quality_cell,
+    ratio_cells,
+    setting_text,
+)
+
+GB = 1e9
+CONTROLS = {"query": "random_query"}  # the control of each router; the others: `random`
+CONTROL_ROUTERS = ("random", *CONTROLS.values())
+UNCOMPARED = (*REFERENCES, *CONTROL_ROUTERS)  # rows that are not compared to a control
+ENDS = ("small", "large")  # the controls at shares 0 and 1: the same policies
+EMPTY = "No runs for this table in this folder."
+
+
+def control_of(router: str) -> str:
+    """The control a router is paired with at a matched share."""
+    return CONTROLS.get(router, "random")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as text cells, rendered to both Markdown and HTML."""
+
+    title: str  # section heading
+    header: tuple[str, ...]  # column names
+    rows: tuple[tuple[str, ...], ...]  # formatted cells, one tuple per row
+    note: str = ""  # a line under the table: its order, arguments its rows share
+    marks: bool = False  # the first cell of a row starts with a router name (HTML: its glyph)
+    wrap: bool = False  # HTML: let number cells wrap too (a matrix of short phrases)
+
+
+@dataclass(frozen=True)
+class TaskRuns:
+    """One task's runs as the tables read them (`TaskRuns.of`)."""
+
+    runs: pd.DataFrame  # the task's own runs (speed columns added: reports.load.add_speed)
+    transfer: pd.DataFrame  # runs of routers trained on another task
+    routers: pd.DataFrame  # `router_metrics` of `runs`
+    constants: dict  # router -> the arguments all its runs share (reports.text.constant_args)
+    records: dict = field(default_factory=dict, compare=False)  # run path -> its records, read once
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> TaskRuns:
+        """Split a task's runs into its own and transfer runs, and compute what tables share."""
+        moved = df["transfer"].fillna(False).astype(bool) if "transfer" in df else None
+        own = df[~moved] if moved is not None else df
+        transfer = df[moved] if moved is not None else df.iloc[:0]
+        args = {}
+        for r, a in zip(df["router"], df["router_args"], strict=True):
+            args.setdefault(r, []).append(json.loads(a))
+        return cls(own, transfer, router_metrics(own), constant_args(args))
+
+    @property
+    def all_runs(self) -> pd.DataFrame:
+        return pd.concat([self.runs, self.transfer]) if len(self.transfer) else self.runs
+
+    def setting(self, r) -> str:
+        """Row `r`'s setting for reading, without the arguments all its router's runs share."""
+        args = json.loads(r["router_args"])
+        shared = self.constants.get(r["router"], {})
+        return setting_text(args, [k for k in args if k not in shared])
+
+    def scores(self, path: str) -> list[dict]:
+        if path not in self.records:
+            self.records[path] = read_records(path)
+        return self.records[path]
+
+    def references(self) -> tuple[float, float]:
+        """Small-only's and large-only's mean quality (NaN where missing)."""
+        return reference(self.runs, "small", "quality"), reference(self.runs, "large", "quality")
+
+
+def is_transfer(r) -> bool:
+    return str(r.get("transfer")) == "True"
+
+
+def router_label(r) -> str:
+    """A row's router, marked when it was trained on another task."""
+    return f"{r['router']} (transfer)" if is_transfer(r) else r["router"]
+
+
+def router_metrics(df: pd.DataFrame) -> pd.DataFrame:
+    """Per non-reference router of one task: APGR on both share axes, CPT(50/80%) and AIQ,
+    best APGR (token) first.
+
+    The references are the mean qualities of the task's `small` and `large` runs; every metric is
+    NaN when either is missing (see `harness.metrics.frontier` for the definitions).
+    """
+    q_small, q_large = reference(df, "small", "quality"), reference(df, "large", "quality")
+    rows = []
+    for router, g in df[~df["router"].isin(REFERENCES)].groupby("router"):
+        g = g[g["n"].map(decoded)]  # a run with no example yet has no quality and no share
+        tok, call, q = g["large_token_share"], g["large_call_share"], g["quality"]
+        refs_ok = not (math.isnan(q_small) or math.isnan(q_large))
+        if not len(g):  # nothing measured: not the random line that empty curves would give
+            rows.append({"router": router, "settings": 0})
+            continue
+        rows.append(
+            {
+                "router": router,
+                "settings": len(g),
+                "apgr_token": apgr(tok, q, q_small, q_large),
+                "apgr_call": apgr(call, q, q_small, q_large),
+                "cpt50": cpt(tok, q, q_small, q_large, 0.5),
+                "cpt80": cpt(tok, q, q_small, q_large, 0.8),
+                "aiq": aiq([*tok, 0.0, 1.0], [*q, q_small, q_large], (0.0, 1.0))
+                if refs_ok
+                else math.nan,
+            }
+        )
+    out = pd.DataFrame(
+        rows, columns=["router", "settings", "apgr_token", "apgr_call", "cpt50", "cpt80", "aiq"]
+    )
+    key = out["apgr_token"].fillna(-math.inf)
+    return (
+        out.assign(_k=-key).sort_values(["_k", "router"]).drop(columns="_k").reset_index(drop=True)
+    )
+
+
+def ordered_runs(df: pd.DataFrame, routers: pd.DataFrame) -> pd.DataFrame:
+    """Large-only, small-only, then the routers by APGR (token), each router's runs by the
+    large-token share they realized; transfer runs last."""
+    rank = {r: i for i, r in enumerate(("large", "small", *routers["router"]))}
+    last = len(rank) + 1
+    df = df.assign(_rank=[rank.get(r, len(rank)) + (last if is_transfer(row) else 0)
+                          for r, (_, row) in zip(df["router"], df.iterrows(), strict=True)])  # fmt: skip
+    df = df.sort_values(["_rank", *(k for k in RUN_ORDER if k in df.columns)], na_position="last")
+    return df.drop(columns="_rank")
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """A run against its control's run at the nearest large-token share."""
+
+    control: str  # the control run ('random p = 0.1'), or why there is none
+    control_share: str  # its large-token share, '(not matched)' beyond MATCH
+    n: int | None  # examples both scored; None: no control run
+    difference: str  # '+0.195 [+0.120, +0.260]'
+    verdict: str  # better | worse | no difference | —
+
+
+def pair(r, controls: pd.DataFrame, task: TaskRuns) -> Pairing:
+    """Run `r` paired with the run of its control (`control_of`) in `controls` whose share is
+    nearest; small-only and large-only are every control's end points (random at p = 0 and 1)."""
+    control = control_of(r["router"])
+    if not decoded(r.get("n")):  # nothing to pair yet
+        return Pairing("nothing decoded yet", "—", 0, "—", "—")
+    pool = controls[controls["router"].isin([control, *ENDS])]
+    gap = (pool["large_token_share"] - r["large_token_share"]).abs().fillna(math.inf)
+    matched = bool(len(pool)) and gap.min() <= MATCH
+    if not (matched or (pool["router"] == control).any()):  # an end alone must be matched
+        return Pairing(f"no {control} run", "—", None, "—", "—")
+    c = pool.loc[gap.idxmin()]
+    d = metrics.paired_difference(task.scores(r["path"]), task.scores(c["path"]), r["metric"])
+    verdict = "better" if d["ci_low"] > 0 else "worse" if d["ci_high"] < 0 else "no difference"
+    setting = "—" if c["router"] in ENDS else task.setting(c)
+    return Pairing(
+        c["router"] if setting == "—" else f"{c['router']} {setting}",
+        num(c["large_token_share"]) + ("" if matched else " (not matched)"),
+        d["n"],
+        f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["n"] else "—",
+        verdict if d["n"] else "—",
+    )
+
+
+def goal_runs(df: pd.DataFrame) -> list:
+    """Per router (its transfer runs apart), its best run at a large-token share <= GOAL_SHARE
+    (the oracle's run whatever its share), highest quality first."""
+    best = []
+    transfer = df["router"].where(~df.apply(is_transfer, axis=1), df["router"] + " (transfer)")
+    for _, g in df[~df["router"].isin(REFERENCES)].groupby(transfer):
+        if g["router"].iloc[0] != "oracle":
+            g = g[g["large_token_share"] <= GOAL_SHARE]
+        if len(g):
+            best.append(g.sort_values(["quality", "run"], ascending=[False, True]).iloc[0])
+    best.sort(key=lambda r: (-r["quality"], router_label(r)))  # PGR's order where there is a gap
+    return best
+
+
+def goal_table(task: TaskRuns) -> Table:
+    """The quality goal, per router: its best run at a large-token share <= GOAL_SHARE, the gap
+    it recovers, its verdict against its control and its speed relative to large-only's."""
+    q_small, q_large = task.references()
+    rows = []
+    for r in goal_runs(task.all_runs):
+        verdict = "control" if r["router"] in CONTROL_ROUTERS else pair(r, task.runs, task).verdict
+        rows.append((router_label(r), pct(pgr(r["quality"], q_small, q_large)), verdict,
+                     num(r["large_token_share"]), quality_cell(r), *ratio_cells(r),
+                     task.setting(r)))  # fmt: skip
+    # the answer's columns first: on a phone the table scrolls sideways from the left
+    header = ("router", "gap recovered", "vs control", "large token share", "quality [95% CI]",
+              "× large-only, measured", "× large-only, modeled", "setting")  # fmt: skip
+    title = f"Quality goal: the most of the gap at <= {GOAL_SHARE:.0%} large tokens"
+    note = "Sorted by gap recovered, best first. " + constants_note(task.constants, rows)
+    return Table(title, header, tuple(rows), note.strip(), marks=True)
+
+
+def runs_table(task: TaskRuns) -> Table:
+    """The leaderboard proper: one row per run, references first, then routers by APGR."""
+    apgr_of = {r: (a, c) for r, a, c in
+               zip(task.routers["router"], task.routers["apgr_token"], task.routers["apgr_call"],
+                   strict=True)}  # fmt: skip
+    rows = []
+    for _, r in ordered_runs(task.runs, task.routers).iterrows():
+        a_tok, a_call = apgr_of.get(r["router"], (math.nan, math.nan))
+        rows.append(
+            (
+                r["router"],
+                task.setting(r),
+                f"{int(r['n'])}" + (f" ({int(r['n_failed'])} failed)" if r["n_failed"] else ""),
+                quality_cell(r),
+                num(r["large_token_share"]),
+                num(r["large_call_share"]),
+                num(a_tok),
+                num(a_call),
+                num(r.get("bytes_total", math.nan) / GB, 2),
+                num(r.get("bytes_large", math.nan) / GB, 2),
+            )
+        )
+    header = ("router", "setting", "n", "quality [95% CI]", "large token share",
+              "large call share", "APGR (token)", "APGR (call)", "GB moved/example",
+              "of which large")  # fmt: skip
+    note = ("Large-only and small-only first, then the routers by APGR (token), best first; a "
+            "router's runs by the large-token share they realized. " +
+            constants_note(task.constants, rows))  # fmt: skip
+    return Table("Runs", header, tuple(rows), note.strip(), marks=True)
+
+
+def routers_table(task: TaskRuns) -> Table:
+    """One row per router: its curve's APGR on both axes, CPT(50%), CPT(80%) and AIQ."""
+    rows = tuple(
+        (
+            r["router"],
+            str(r["settings"]),
+            num(r["apgr_token"]),
+            num(r["apgr_call"]),
+            pct(r["cpt50"]),
+            pct(r["cpt80"]),
+            num(r["aiq"]),
+        )
+        for _, r in task.routers.iterrows()
+    )
+    header = ("router", "settings", "APGR (token)", "APGR (call)", "CPT(50%)", "CPT(80%)", "AIQ")
+    return Table("Routers", header, rows, "Sorted by APGR (token), best first.", marks=True)
+
+
+def paired_table(
+    task: TaskRuns, transfer: bool = False, title: str = "Paired vs control at the same share"
+) -> Table:
+    """Every router's run (`transfer`: every transfer run) against its control's run at the
+    nearest large-token share, paired, the controls always the task's own runs."""
+    df = task.transfer if transfer else task.runs
+    rows = []
+    for _, r in df[~df["router"].isin(UNCOMPARED)].iterrows():
+        p = pair(r, task.runs, task)
+        share = num(r["large_token_share"]) if decoded(r.get("n")) else "—"
+        n = "—" if p.n is None else str(p.n)
+        rows.append((r["router"], task.setting(r), share, p.control, p.control_share, n,
+                     p.difference, p.verdict))  # fmt: skip
+    header = ("router", "setting", "large token share", "control", "its share", "paired n",
+              "difference [95% CI]", "verdict")  # fmt: skip
+    note = "By router, then large-token share. " + constants_note(task.constants, rows)
+    return Table(title, header, tuple(rows), note.strip(), marks=True)
+
+
+def transfer_table(task: TaskRuns) -> Table:
+    """Runs of routers trained on another task."""
+    rows = tuple(
+        (
+            r["router"],
+            task.setting(r),
+            str(r.get("router_trained_on") or "—"),
+            f"{int(r['n'])}",
+            quality_cell(r),
+            num(r["large_token_share"]),
+            num(r["large_call_share"]),
+        )
+        for _, r in task.transfer.sort_values(["router", "large_token_share", "run"]).iterrows()
+    )
+    header = ("router", "setting", "trained on", "n", "quality [95% CI]", "large token share",
+              "large call share")  # fmt: skip
+    note = "By router, then large-token share."
+    return Table("Transfer: routers trained on another task", header, rows, note, marks=True)

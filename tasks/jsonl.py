@@ -1,0 +1,162 @@
+"""A task without code: a JSONL file of prompts and references, scored by one of the project's scorers.
+
+    hybridbench run --task jsonl --task-arg path=arith.jsonl --task-arg scorer=numeric \\
+        --router entropy --split test --out runs/arith-entropy
+
+One JSON object per line:
+
+    {"prompt": "Tom has 3 apples and buys 4 more. How many apples?", "reference": 7}
+    {"prompt": "Which gas do plants take in?", "choices": ["Oxygen", "Carbon dioxide"],
+     "reference": "B"}
+
+  prompt     the user message (required)
+  reference  what the scorer compares with (required): a number (numeric), an option letter
+             (choice), the tests (code: a list of assert lines, or a string of test code), a
+             summary (rouge)
+  id         optional; by default the sha256 of the prompt (and choices), so an id does not
+             depend on the row's position in the file
+  choices    choice only, required: the option texts, shown lettered (A), (B), ... under the
+             prompt with the project's answer instruction ("The answer is (X).")
+  system     optional system turn (else the task argument `system=`, else none)
+
+Scorers, each the one a built-in task uses (so scores mean what they mean there):
+  numeric  gsm8k's: the last \\boxed{...}, else "#### N", else the last number, compared
+           numerically ("18.00" = "18"); metric exact_match
+  choice   mmlu's / arc's letter reading (`tasks.choice.score_choice`); metric acc
+  code     mbpp's: the reply's code block runs in the sandbox, the tests in a second process
+           (`tasks.code.passes`); metric pass@1
+  rouge    cnn_dm's ROUGE-1/2/Lsum F-measures; metric rougeLsum
+
+Task arguments: path= (required), scorer= (required), name= (default: the file's stem; it names
+the task in results and prefixes every example id), max_new_tokens= (default 512), system=.
+Splits are those of every hashed task (tasks/base.py): 40% train, 10% calib, 50% test by a hash
+of each id, so a file of 40 rows has about 4 calib rows. A bad file stops with one line naming
+the file, the line and what is wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.sandbox import Tests
+from tasks.base import Example, Task, system_user, user_message
+from tasks.choice import LETTERS, choice_prompt, score_choice
+from tasks.cnn_dm import CnnDm
+from tasks.code import extract_code, free_names, has_code, passes
+from tasks.gsm8k import extract_answer, numeric_equal
+from tasks.sources import read_jsonl
+
+METRICS = {"numeric": "exact_match", "choice": "acc", "code": "pass@1", "rouge": "rougeLsum"}
+
+
+class JSONLTask(Task):
+    """Rows of a JSONL file (see the module docstring), scored by `scorer`."""
+
+    name = "jsonl"
+
+    def __init__(
+        self,
+        path: str | None = None,
+        scorer: str | None = None,
+        name: str | None = None,
+        max_new_tokens: int = 512,
+        system: str | None = None,
+    ):
+        if not path or not scorer:
+            raise UserError(
+                "task jsonl needs path=FILE and scorer=" + "|".join(METRICS) + " (task arguments)"
+            )
+        if scorer not in METRICS:
+            raise UserError(f"task jsonl: unknown scorer {scorer!r}; valid: {', '.join(METRICS)}")
+        self.path, self.scorer = Path(path), scorer
+        if not self.path.is_file():
+            raise UserError(f"task jsonl: data file {self.path} not found")
+        self.name = name or re.sub(r"[^A-Za-z0-9_.-]+", "-", self.path.stem)
+        self.metric, self.max_new_tokens, self.system = METRICS[scorer], int(max_new_tokens), system
+
+    def read(self) -> list[Example]:
+        rows = read_jsonl(self.path, ("prompt", "reference"))
+        if not rows:
+            raise UserError(f"{self.path}: no rows")
+        examples, seen = [], {}
+        for lineno, row in rows:
+            where = f"{self.path}:{lineno}"
+            prompt, reference, meta = self._check(row, where)
+            key = str(row["id"]) if "id" in row else _digest(prompt, meta.get("choices"))
+            if key in seen:
+                raise UserError(f"{where}: duplicate of line {seen[key]} (id {key})")
+            seen[key] = lineno
+            system = row.get("system", self.system)
+            if self.scorer == "choice":
+                messages = choice_prompt(prompt, meta["choices"])
+                messages = (({"role": "system", "content": system},) if system else ()) + messages
+            else:
+                messages = system_user(system, prompt) if system else user_message(prompt)
+            examples.append(Example(f"{self.name}/{key}", messages, reference, meta))
+        return examples
+
+    def _check(self, row: dict, where: str) -> tuple[str, object, dict]:
+        """(prompt, reference, meta) of a row, or one UserError naming the line."""
+        prompt, ref = row["prompt"], row["reference"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise UserError(f"{where}: 'prompt' must be a non-empty string")
+        if self.scorer == "numeric":
+            if isinstance(ref, bool) or not _is_number(ref):
+                raise UserError(f"{where}: reference {ref!r} is not a number (scorer numeric)")
+            return prompt, str(ref), {}
+        if self.scorer == "choice":
+            choices = row.get("choices")
+            if not isinstance(choices, list) or not 2 <= len(choices) <= len(LETTERS):
+                raise UserError(f"{where}: scorer choice needs 'choices', a list of 2 to 10 texts")
+            letters = LETTERS[: len(choices)]
+            if not isinstance(ref, str) or ref.strip("() ").upper() not in letters:
+                raise UserError(f"{where}: reference {ref!r} is not one of the letters {letters}")
+            return prompt, ref.strip("() ").upper(), {"choices": [str(c) for c in choices]}
+        if self.scorer == "code":
+            tests = ref if isinstance(ref, str) else None
+            if isinstance(ref, list) and ref and all(isinstance(t, str) for t in ref):
+                tests = "\n".join(ref)
+            if not tests or not tests.strip():
+                raise UserError(f"{where}: scorer code needs reference: test code or assert lines")
+            return prompt, tests + "\n", {}
+        if not isinstance(ref, str) or not ref.strip():
+            raise UserError(f"{where}: reference must be the summary's text (scorer rouge)")
+        return prompt, ref, {}
+
+    def score(self, example: Example, completion: str) -> dict[str, float]:
+        if self.scorer == "numeric":
+            answer, stated = extract_answer(completion)
+            return {"exact_match": numeric_equal(answer, example.reference),
+                    "extracted": float(stated)}  # fmt: skip
+        if self.scorer == "choice":
+            return score_choice(completion, example.meta["choices"], example.reference)
+        if self.scorer == "code":
+            tests = Tests(example.reference, free_names(example.reference))
+            return {"pass@1": float(passes(extract_code(completion), tests)),
+                    "extracted": float(has_code(completion))}  # fmt: skip
+        return _summaries().score(example, completion)
+
+
+@functools.cache
+def _summaries() -> CnnDm:
+    """cnn_dm's task, for its ROUGE scorer (it reads its data only when asked to)."""
+    return CnnDm()
+
+
+def _is_number(value) -> bool:
+    try:
+        float(str(value).replace(",", ""))
+    except ValueError:
+        return False
+    return True
+
+
+def _digest(prompt: str, choices) -> str:
+    """An id from the row's content: stable across files and row orders."""
+    text = json.dumps([prompt, choices], ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
