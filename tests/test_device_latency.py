@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
+from benchmarks import device_latency as dl  # noqa: E402
 from harness.core.loop import DecodeConfig  # noqa: E402
 from harness.core.scheduler import generate  # noqa: E402
 from harness.evaluation.replay import replay_timed  # noqa: E402
 from routers import get_router  # noqa: E402
-from benchmarks import device_latency as dl  # noqa: E402
 from tests.tiny import tiny_backends, tiny_gguf_pair  # noqa: E402
 
 
