@@ -462,7 +462,7 @@ def test_quality_goal_table_takes_each_routers_best_run_under_the_share(results)
 def test_gpu_machine_rows_join_the_leaderboard(results, tmp_path, name, engine):
     """A results folder's device/*.json (benchmarks/device_latency.py) becomes a table: measured
     tok/s from the examples' own tokens and seconds, beside the modeled figures it recorded,
-    under a title that names the engine (files of session 6 have none: transformers), and each
+    under a title that names the engine (older files name none: transformers), and each
     row's setting without its file arguments (an entropy row's calibration path)."""
     import shutil
 
