@@ -1,6 +1,6 @@
 """The core against llama-cpp-python's own greedy chat completion, on the same GGUF files (CPU).
 
-    flock /tmp/hybridbench-heavy.lock python -m benchmarks.llamacpp_parity --threads 2 --rounds 3
+    flock /tmp/hybridbench-heavy.lock python -m benchmarks.llamacpp_parity --threads 2 --rounds 7
 
 End to end, one chat prompt (PROMPT: 68 tokens with the default pair's chat template), 128 greedy
 new tokens, the same GGUF file and threads on both sides:
@@ -16,10 +16,12 @@ tok/s = completion tokens / wall seconds of the whole call (template, tokenizati
 decoding, text). Rounds interleave every row (core, library, core, ...) so a slow spell slows
 both; a row run while other processes kept more than --busy-cores cores busy (/proc/stat,
 `harness.backends.batch_size.Contention`) is run again, up to --tries times, keeping the least
-contended (the JSON keeps each kept row's figure). Each row's median over the rounds is
-reported with the rounds themselves, and the ratios core / library of the medians. The per-token overhead of entropy and confidence is
-1 / tok_s(router) - 1 / tok_s(small-only), in ms and as a share of small-only's token time.
-A run checks that both sides emitted the same number of tokens. Writes --out (JSON).
+contended (the JSON keeps the cores others used during each kept row). Each row's median over
+the rounds is reported with the rounds themselves, and the ratios core / library of the
+medians. The per-token overhead of entropy and confidence is 1 / tok_s(router) -
+1 / tok_s(small-only), in ms and as a share of small-only's token time; the summary they read
+is also timed alone on a real row (`summary_cost`). A run notes rows that did not emit exactly
+--tokens tokens. Writes --out (JSON).
 """
 
 from __future__ import annotations
@@ -202,7 +204,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--busy-cores", type=float, default=0.3, help="rerun a row above this")
     p.add_argument("--tries", type=int, default=6, help="runs of a row at most")
     p.add_argument("--out", default="runs/llamacpp-parity.json")

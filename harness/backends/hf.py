@@ -37,11 +37,11 @@ A subclass with a forward of its own (the reward model's network) keeps the one-
 from __future__ import annotations
 
 import copy
-import math
 import sys
 
 import torch
 
+from harness.backends.kv_slots import MIN_KEY_BUCKET, SlotCache, key_bucket, supports_slots
 from harness.core.records import ModelInfo
 from harness.core.stats import ARGMAX, FULL, LEVELS, TokenStats, summary_tensors
 
@@ -50,7 +50,6 @@ DEFAULT_N_CTX = 4096  # tokens a slot holds before its cache grows (as llama.cpp
 # CUDA graph; the default on CUDA), "static" (the same function, eager: what the graph replays,
 # testable on a CPU) or "ragged" (the general pass over the calls' rows only; the CPU default)
 STEPS = ("graph", "static", "ragged")
-MIN_KEY_BUCKET = 256  # smallest key length a captured decode step attends over
 
 
 def cache_kwarg(model) -> str:
@@ -65,84 +64,6 @@ def returned_cache(out):
     """The KV cache a transformers model output carries, under either name."""
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
-
-
-def supports_slots(model) -> bool:
-    """Whether `model` can decode over a `SlotCache`: full attention in every layer (no sliding
-    window, whose layers take a mask of their own) through sdpa or eager attention, which take
-    the explicit per-row mask."""
-    config = model.config
-    types = getattr(config, "layer_types", None) or ["full_attention"]
-    impl = getattr(config, "_attn_implementation", None) or "eager"
-    return (
-        set(types) == {"full_attention"}
-        and not getattr(config, "use_sliding_window", False)
-        and impl in ("sdpa", "eager")
-    )
-
-
-def _cache_base():
-    try:
-        from transformers.cache_utils import Cache
-
-        return Cache
-    except ImportError:  # pragma: no cover - every supported transformers has it
-        return object
-
-
-class SlotCache(_cache_base()):
-    """The KV cache of every slot of one model, allocated once: per layer, keys and values of
-    shape [slots, kv_heads, capacity, head_dim] in the model's dtype, made at the first pass
-    (shapes read from the keys that pass writes).
-
-    Before each pass the backend says where the pass's tokens go (`write_rows`, `write_pos`:
-    [B, T] slot and position of every fed token) and what its rows attend over (`read`: the
-    slots of the batch rows, a range or an index tensor; `n_keys`: the first positions of each).
-    transformers' attention layers then call `update` with the new keys and values."""
-
-    def __init__(self, slots: int, capacity: int):  # noqa: D107 - no base __init__: not a layer list
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
-        self.slots, self.capacity = slots, capacity
-        self.write_rows = self.write_pos = None
-        self.read: slice | torch.Tensor = slice(0, 1)
-        self.n_keys = 0
-
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        """Write this pass's keys/values [B, kv_heads, T, head_dim] at their slots' positions;
-        return the keys/values the batch rows attend over, [B, kv_heads, n_keys, head_dim]."""
-        if layer_idx == len(self.k):
-            b, h, _, d = key_states.shape
-            shape = (self.slots, h, self.capacity, d)
-            self.k.append(key_states.new_zeros(shape))
-            self.v.append(value_states.new_zeros(shape))
-        k, v = self.k[layer_idx], self.v[layer_idx]
-        k[self.write_rows, :, self.write_pos] = key_states.transpose(1, 2)
-        v[self.write_rows, :, self.write_pos] = value_states.transpose(1, 2)
-        if isinstance(self.read, slice):  # consecutive slots: a view, no copy
-            return k[self.read, :, : self.n_keys], v[self.read, :, : self.n_keys]
-        return (
-            k.index_select(0, self.read)[:, :, : self.n_keys],
-            v.index_select(0, self.read)[:, :, : self.n_keys],
-        )
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return 0  # positions are given explicitly; transformers only asks when they are not
-
-    def resized(self, slots: int, capacity: int) -> SlotCache:
-        """A cache of `slots` x `capacity` holding this one's contents (slots and positions that
-        fit); a new allocation, so captured graphs of the old one no longer apply."""
-        new = SlotCache(slots, capacity)
-        for old_k, old_v in zip(self.k, self.v, strict=True):
-            s, c = min(slots, self.slots), min(capacity, self.capacity)
-            for old, into in ((old_k, new.k), (old_v, new.v)):
-                buf = old.new_zeros((slots, old.shape[1], capacity, old.shape[3]))
-                buf[:s, :, :c] = old[:s, :, :c]
-                into.append(buf)
-        return new
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
 
 class HFSequence:
@@ -291,6 +212,8 @@ class HFBackend(HFSequence):
         device summary (`summary_tensors`) flattened to [B * R]."""
         b, t = len(calls), max(len(c[1]) for c in calls)
         dev = self.device
+        if b == 1:
+            return self._one_call(calls[0])
         lengths = torch.tensor([c[0].length for c in calls], device=dev)[:, None]
         n_new = torch.tensor([len(c[1]) for c in calls], device=dev)[:, None]
         ids = torch.zeros(b, t, dtype=torch.long)
@@ -312,16 +235,26 @@ class HFBackend(HFSequence):
         stats = summary_tensors(logits.reshape(b * r, -1), self._level(calls)) if summarized else ()
         return logits, hid, stats
 
-    def _pass(self, ids, pos, rows, read, n_keys: int, keep: int, hidden: bool):
-        """The model over ids [B, T] at positions pos, written into `rows`' slots, each row
-        attending over its slot's positions <= its own: (logits [B, keep, V], hidden or None)."""
+    def _one_call(self, call):
+        """`_ragged` for one call: no padding, and no mask for one token (it sees every key)."""
+        seq, new, n_rows, hidden, *level = call
+        start, t = seq.length, len(new)
+        pos = torch.arange(start, start + t, device=self.device)[None]
+        ids = torch.tensor([new], device=self.device)
+        where = (seq.slot, slice(start, start + t))
+        read = slice(seq.slot, seq.slot + 1)
+        logits, hid = self._pass(ids, pos, where, read, start + t, n_rows, hidden, t > 1)
+        summarized = level and level[0] != FULL
+        return logits, hid, summary_tensors(logits[0], level[0]) if summarized else ()
+
+    def _pass(self, ids, pos, rows, read, n_keys: int, keep: int, hidden: bool, masked=True):
+        """The model over ids [B, T] at positions pos, written into `rows`' slots (or `rows` =
+        (slot, slice) for one row), each row attending over its slot's positions <= its own
+        (`masked` False: every one of the n_keys): (logits [B, keep, V], hidden or None)."""
         kv = self.kv
-        kv.write_rows, kv.write_pos, kv.read, kv.n_keys = rows, pos, read, n_keys
-        keys = torch.arange(n_keys, device=self.device)
-        allowed = keys[None, None, :] <= pos[:, :, None]  # [B, T, n_keys]
-        dtype = self.model.dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
-        mask = mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+        write_rows, write_pos = rows if isinstance(rows, tuple) else (rows, pos)
+        kv.write_rows, kv.write_pos, kv.read, kv.n_keys = write_rows, write_pos, read, n_keys
+        mask = self._mask(pos, n_keys) if masked else None
         out = self.model(
             input_ids=ids,
             position_ids=pos,
@@ -332,6 +265,14 @@ class HFBackend(HFSequence):
             **{self.cache_kwarg: kv},
         )
         return out.logits, (out.hidden_states[-1] if hidden else None)
+
+    def _mask(self, pos: torch.Tensor, n_keys: int) -> torch.Tensor:
+        """[B, 1, T, n_keys] additive mask: row b's token t sees the keys at positions <= pos."""
+        keys = torch.arange(n_keys, device=self.device)
+        allowed = keys[None, None, :] <= pos[:, :, None]  # [B, T, n_keys]
+        dtype = self.model.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+        return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 
     # --- the one-token step over all slots (captured on CUDA) ------------------------------
 
@@ -478,9 +419,3 @@ class HFBackend(HFSequence):
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-
-
-def key_bucket(n: int, capacity: int) -> int:
-    """The key length a one-token step of a sequence of n positions attends over: the next power
-    of two from MIN_KEY_BUCKET, at most the capacity."""
-    return min(capacity, max(MIN_KEY_BUCKET, 1 << math.ceil(math.log2(max(n, 1)))))

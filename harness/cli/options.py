@@ -18,7 +18,7 @@ def add_batch_arg(p: argparse.ArgumentParser) -> None:
         default="auto",
         metavar="N|auto",
         help="generations decoded together, their model calls batched (llama.cpp, remote); "
-        "auto = the size measured fastest on this machine (default; 1 for transformers)",
+        "auto = the size measured fastest on this machine (default; 1 for transformers on the CPU)",
     )
 
 
