@@ -31,7 +31,7 @@ import torch
 
 from harness.backends.engine import engine_from_args
 from harness.errors import UserError
-from harness.training.common import provenance, train_calib
+from harness.training.common import EarlyStopping, provenance, train_calib
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def train_mlp(x, y, groups, fit: FitConfig, log_path=None, tag=None, progress=Tr
     mlp = CiterMLP(x.shape[1])
     opt = torch.optim.Adam(mlp.parameters(), lr=fit.lr)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    best, best_state, bad, epoch = float("inf"), None, 0, 0
+    early, epoch = EarlyStopping(fit.patience, log_path, progress), 0
     for epoch in range(1, fit.epochs + 1):
         mlp.train()
         order = torch.randperm(len(xt), generator=g)
@@ -114,25 +114,15 @@ def train_mlp(x, y, groups, fit: FitConfig, log_path=None, tag=None, progress=Tr
         val_loss, val_acc = _evaluate(mlp, xv, yv, loss_fn)
         row = {**(tag or {}), "epoch": epoch, "train_loss": total / max(1, len(xt))}
         row |= {"val_loss": val_loss, "val_acc": val_acc}
-        if log_path:
-            with open(log_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-        if progress:
-            print(json.dumps(row), file=sys.stderr)
-        if val_loss < best - 1e-6:
-            best, bad = val_loss, 0
-            best_state = {k: v.clone() for k, v in mlp.state_dict().items()}
-        else:
-            bad += 1
-            if bad >= fit.patience:
-                break
-    mlp.load_state_dict(best_state)
+        if early.stop(mlp, row, val_loss):
+            break
+    mlp.load_state_dict(early.best_state)
     _, acc = _evaluate(mlp, xv, yv, loss_fn)
     stats = {
         "train_rows": len(xt),
         "val_rows": len(xv),
         "epochs": epoch,
-        "val_loss": best,
+        "val_loss": early.best,
         "val_acc": acc,
         "val_majority_acc": float(max(yv.mean(), 1 - yv.mean())),
         "val_auc": _auc(mlp, xv, yv),

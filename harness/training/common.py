@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -116,3 +117,27 @@ def auc(scores, labels) -> float:
     ranks = torch.empty_like(s)
     ranks[order] = mid_rank[inverse]
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+class EarlyStopping:
+    """Keeps the network state of the best validation loss so far and says when `patience`
+    epochs in a row brought no better one; each epoch's row goes to `log_path` (JSON lines) and,
+    with `progress`, to stderr."""
+
+    def __init__(self, patience: int, log_path=None, progress: bool = False):
+        self.patience, self.log_path, self.progress = patience, log_path, progress
+        self.best, self.best_state, self.bad = float("inf"), None, 0
+
+    def stop(self, net, row: dict, val_loss: float) -> bool:
+        """Record one epoch (`row`, its `val_loss`); True when training should stop."""
+        if self.log_path:
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        if self.progress:
+            print(json.dumps(row), file=sys.stderr)
+        if val_loss < self.best - 1e-6:
+            self.best, self.bad = val_loss, 0
+            self.best_state = {k: v.clone() for k, v in net.state_dict().items()}
+            return False
+        self.bad += 1
+        return self.bad >= self.patience

@@ -43,7 +43,7 @@ from harness.core.loop import DecodeConfig
 from harness.errors import UserError
 from harness.files import file_sha256
 from harness.training.citer import _read_trajectories
-from harness.training.common import auc, nothing_to_do, provenance, train_calib
+from harness.training.common import EarlyStopping, auc, nothing_to_do, provenance, train_calib
 from harness.training.labels import LabelConfig, TokenLabels, _bar, _write, build_labels
 from routers import parse_args
 from routers.baselines import EntropyRouter, SmallOnly
@@ -223,7 +223,7 @@ def fit_net(cols: dict, rows, y, part, fit: FitConfig, log_path=None, progress=T
     net.feature_std.copy_(dist.std(0).clamp(min=1e-6))
     opt = torch.optim.Adam(net.parameters(), lr=fit.lr, weight_decay=fit.weight_decay)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    best, best_state, bad, epoch = float("inf"), None, 0, 0
+    early, epoch = EarlyStopping(fit.patience, log_path, progress), 0
     for epoch in range(1, fit.epochs + 1):
         net.train()
         order = torch.randperm(len(fit_rows), generator=g)
@@ -239,21 +239,11 @@ def fit_net(cols: dict, rows, y, part, fit: FitConfig, log_path=None, progress=T
         val_loss = float(torch.nn.functional.binary_cross_entropy(p, y_val))
         row = {"epoch": epoch, "train_loss": total / len(fit_rows), "val_loss": val_loss}
         row["val_auc"] = auc(p, y_val)
-        if log_path:
-            with open(log_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-        if progress:
-            print(json.dumps(row), file=sys.stderr)
-        if val_loss < best - 1e-6:
-            best, bad = val_loss, 0
-            best_state = {k: v.clone() for k, v in net.state_dict().items()}
-        else:
-            bad += 1
-            if bad >= fit.patience:
-                break
-    net.load_state_dict(best_state)
+        if early.stop(net, row, val_loss):
+            break
+    net.load_state_dict(early.best_state)
     stats = {"fit_rows": len(fit_rows), "val_rows": len(val_rows), "epochs": epoch}
-    return net.eval(), stats | {"val_loss": best}
+    return net.eval(), stats | {"val_loss": early.best}
 
 
 # 3. Held-out comparison with the thresholds' signals
