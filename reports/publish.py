@@ -15,13 +15,13 @@ from the reports' setup and cost tables. Publishing the same runs twice gives th
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.files import file_sha256
 from reports import write_report
 from reports.load import ANCHORS, run_dirs
 
@@ -46,14 +46,6 @@ def names_a_file(value) -> bool:
     `checkpoint` a calibration file adds to citer's and query's arguments is the sha256 prefix
     of the checkpoint it was made for (a name with neither folder nor suffix)."""
     return isinstance(value, str) and ("/" in value or "." in Path(value).name)
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def compress(src: Path, dst: Path) -> None:
@@ -142,7 +134,7 @@ def copy_router_files(names: set[str], dest: Path) -> tuple[list[str], list[str]
         if not path.is_file():
             missing.append(name)
             continue
-        digest = sha256(path)
+        digest = file_sha256(path)
         target = f"{digest[:12]}-{path.name}"
         (dest / "routers").mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, dest / "routers" / target)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from harness.core.records import ModelInfo
 from harness.errors import UserError
 from harness.files import MODEL_HINT, check_gguf, check_model_folder
+from harness.files import file_sha256 as _hash_file
 
 if TYPE_CHECKING:  # torch/transformers are imported lazily: no heavy imports at module import
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -78,14 +79,6 @@ def cache_dir() -> Path:
 
 
 # --- checksums -------------------------------------------------------------------------------
-
-
-def _hash_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _stamp(path: Path) -> tuple[dict, Path]:

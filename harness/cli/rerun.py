@@ -19,7 +19,8 @@ from pathlib import Path
 from harness.cli import run as run_command
 from harness.errors import UserError
 from harness.evaluation import runner
-from harness.evaluation.rerun import held, recorded_argv, with_out
+from harness.evaluation.experiment_run import held
+from harness.evaluation.rerun import recorded_argv, with_out
 from harness.metrics.compare import compare, load_run, report
 
 

@@ -9,10 +9,7 @@ and a finished one is not decoded again.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 from harness.errors import UserError
@@ -42,18 +39,3 @@ def with_out(argv: list[str], out: Path) -> list[str]:
         raise UserError(f"the recorded command has no --out: {' '.join(argv)}")
     i = argv.index("--out")
     return argv[: i + 1] + [str(out)] + argv[i + 2 :]
-
-
-@contextlib.contextmanager
-def held(lock: str | None) -> Iterator[None]:
-    """Hold an exclusive `flock` on the file `lock` (created if missing) while decoding, so that
-    one heavy job runs at a time on a machine; no lock when None."""
-    if not lock:
-        yield
-        return
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)

@@ -31,7 +31,7 @@ import torch
 
 from harness.backends.engine import engine_from_args
 from harness.errors import UserError
-from harness.training.common import EarlyStopping, provenance, train_calib
+from harness.training.common import EarlyStopping, label_config, provenance, train_calib
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,7 @@ def _read_trajectories(paths: str) -> dict:
 
 
 def train(args) -> int:
-    from harness.training.labels import LabelConfig, TokenLabels, build_labels, relabel_rollouts
+    from harness.training.labels import TokenLabels, build_labels, relabel_rollouts
     from routers import parse_args
     from routers.citer import Citer
     from tasks import get_task
@@ -270,13 +270,7 @@ def train(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     engine = engine_from_args(args)
-    cfg = LabelConfig(
-        mode=args.mode,
-        max_rollouts=args.max_rollouts,
-        rollout_tokens=args.rollout_tokens,
-        max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
-    )
+    cfg = label_config(args)
     fit = FitConfig(args.epochs, args.lr, args.batch_size, args.patience, seed=args.seed)
     # small's hidden states along calib (minutes): made only when a round is trained, not when
     # a rerun finds its checkpoints

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.training.labels import LabelConfig
 
 COST_LOG = "cost.jsonl"  # one line per invocation of a training command, in its output folder
 _NOTHING_DONE = [False]
@@ -141,3 +142,14 @@ class EarlyStopping:
             return False
         self.bad += 1
         return self.bad >= self.patience
+
+
+def label_config(args) -> LabelConfig:
+    """The labelling options of a training command (`--mode`, `--max-rollouts`, ...)."""
+    return LabelConfig(
+        mode=args.mode,
+        max_rollouts=args.max_rollouts,
+        rollout_tokens=args.rollout_tokens,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+    )

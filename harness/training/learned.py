@@ -43,8 +43,15 @@ from harness.core.loop import DecodeConfig
 from harness.errors import UserError
 from harness.files import file_sha256
 from harness.training.citer import _read_trajectories
-from harness.training.common import EarlyStopping, auc, nothing_to_do, provenance, train_calib
-from harness.training.labels import LabelConfig, TokenLabels, _bar, _write, build_labels
+from harness.training.common import (
+    EarlyStopping,
+    auc,
+    label_config,
+    nothing_to_do,
+    provenance,
+    train_calib,
+)
+from harness.training.labels import TokenLabels, _bar, _write, build_labels
 from routers import parse_args
 from routers.baselines import EntropyRouter, SmallOnly
 from routers.calibration import calibrated_threshold
@@ -417,13 +424,7 @@ def _labels(engine, task, args, out: Path):
         return TokenLabels.load(args.labels), Path(args.labels)
     train, _ = train_calib(task, args.split_seed, args.train_limit, None, 3)
     ids = [e.id for e in train]
-    cfg = LabelConfig(
-        mode=args.mode,
-        max_rollouts=args.max_rollouts,
-        rollout_tokens=args.rollout_tokens,
-        max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
-    )
+    cfg = label_config(args)
     path = out / "labels.safetensors"
     if path.exists():  # finished: read as it is (build_labels would make its hidden states again)
         data = TokenLabels.load(path)
