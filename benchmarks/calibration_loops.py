@@ -9,11 +9,11 @@ from the answers that ended by themselves, and the share each defers on a second
 
     hybridbench calibrate --router reward --checkpoint results/train13/reward/reward.pt \\
         --task gsm8k --split test --limit 40 \\
-        --records results/edition2/gsm8k/small__default/records.jsonl --backend llama.cpp \\
+        --records reports/published/gsm8k/small__default/records.jsonl.gz --backend llama.cpp \\
         --threads 2 --out /tmp/cal-test-reward.json
     python -m benchmarks.calibration_loops results/edition2/calibration/gsm8k/reward.json \\
         results/train13/gsm8k-calib-small/records.jsonl \\
-        --test /tmp/cal-test-reward.json results/edition2/gsm8k/small__default/records.jsonl
+        --test /tmp/cal-test-reward.json reports/published/gsm8k/small__default/records.jsonl.gz
 
 Reads files only.
 """
@@ -32,7 +32,9 @@ def per_answer(cal_path: str, records_path: str) -> list[tuple[str, bool, list[f
     """(example id, cut at the budget?, its tokens' scores) for each answer the file scored."""
     cal = json.loads(Path(cal_path).read_text(encoding="utf-8"))
     recs = {}
-    for line in Path(records_path).open(encoding="utf-8"):
+    from harness.core.records import read_lines
+
+    for line in read_lines(records_path):
         r = json.loads(line)
         recs[r["example_id"]] = r["generation"]
     out, at = [], 0

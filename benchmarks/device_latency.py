@@ -316,7 +316,9 @@ def load_rows(runs: list[Path], limit: int) -> list[tuple[Path, dict, list[dict]
             raise SystemExit(f"{run}: router {manifest['router']!r} is not replayed here "
                              f"(one of {sorted(ROWS_REPLAYED)})")  # fmt: skip
         records = {}
-        for line in (run / "records.jsonl").open():
+        from harness.core.records import read_lines, records_path
+
+        for line in read_lines(records_path(run)):
             r = json.loads(line)
             ok = not r.get("error") and r["generation"]["stop_reason"] != "max_tokens"
             records[r["example_id"]] = r if ok else None

@@ -111,6 +111,7 @@ class Copy:
     label: str
     files: tuple[Path, ...]
     to: Path
+    published: Path | None = None  # the same folder in the published edition: copies there count
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
     if v.get("device"):
         files = tuple(Path(f) for f in fill(v["device"], v))
         out.append(
-            Copy(f"{task.name}: rows measured elsewhere, into device/", files, folder / "device")
+            Copy(f"{task.name}: rows measured elsewhere, into device/", files, folder / "device",
+                 pub / "device" if pub else None)  # fmt: skip
         )
     fixed, left_out, in_rows = {}, set(), {r for row in spec.rows for r in row.routers}
     for router, table in spec.routers.items():

@@ -165,7 +165,8 @@ def is_done(step: Step) -> bool:
     if isinstance(step, Select):
         return all((step.to / f).is_file() for f in step.files)
     if isinstance(step, Copy):
-        return all((step.to / f.name).is_file() for f in step.files)
+        held = [step.to] + ([step.published] if step.published else [])
+        return all(any((d / f.name).is_file() for d in held) for f in step.files)
     if isinstance(step, Publish):
         return all(is_published(step.src / t, step.dest / t) for t in step.tasks)
     raise TypeError(f"not a step: {step!r}")
