@@ -176,8 +176,12 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
     if v.get("device"):
         files = tuple(Path(f) for f in fill(v["device"], v))
         out.append(
-            Copy(f"{task.name}: rows measured elsewhere, into device/", files, folder / "device",
-                 pub / "device" if pub else None)  # fmt: skip
+            Copy(
+                f"{task.name}: rows measured elsewhere, into device/",
+                files,
+                folder / "device",
+                pub / "device" if pub else None,
+            )  # fmt: skip
         )
     fixed, left_out, in_rows = {}, set(), {r for row in spec.rows for r in row.routers}
     for router, table in spec.routers.items():
