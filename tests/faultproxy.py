@@ -5,6 +5,10 @@
         ...
         proxy.seen                 # the fault applied to each request, in order
 
+    FaultProxy(upstream_port, plan=lambda i: "503" if i % 20 == 0 else "ok", rtt=0.03)
+        # request i (from 0) takes plan(i) once the schedule is used up; every request first
+        # waits rtt seconds: a network round trip (benchmarks/cloud_link.py)
+
 Each incoming request takes the next entry of `schedule` (then "ok" once it is used up):
   ok         forward to the upstream server and relay its answer
   delay:S    sleep S seconds (capped at MAX_DELAY_S), then forward
@@ -29,12 +33,22 @@ LOOPBACK = "127.0.0.1"
 class FaultProxy:
     """A threading HTTP proxy that applies one scheduled fault per request."""
 
-    def __init__(self, upstream_port: int, schedule: list[str] | None = None):
+    def __init__(
+        self,
+        upstream_port: int,
+        schedule: list[str] | None = None,
+        *,
+        plan=None,
+        rtt: float = 0.0,
+        port: int = 0,
+    ):
         self.upstream_port = upstream_port
         self.schedule = list(schedule or [])
+        self.plan = plan  # request index -> fault, once the schedule is used up (None: "ok")
+        self.rtt = min(max(rtt, 0.0), MAX_DELAY_S)
         self.seen: list[str] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), _handler(self))
+        self._server = ThreadingHTTPServer((LOOPBACK, port), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -44,7 +58,10 @@ class FaultProxy:
 
     def next_fault(self) -> str:
         with self._lock:
-            fault = self.schedule.pop(0) if self.schedule else "ok"
+            if self.schedule:
+                fault = self.schedule.pop(0)
+            else:
+                fault = self.plan(len(self.seen)) if self.plan else "ok"
             self.seen.append(fault)
             return fault
 
@@ -83,6 +100,8 @@ def _handler(proxy: FaultProxy):
         def _handle(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             fault = proxy.next_fault()
+            if proxy.rtt:
+                time.sleep(proxy.rtt)
             if fault == "drop":
                 self.close_connection = True
                 return
