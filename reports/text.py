@@ -192,7 +192,9 @@ DEFINITIONS = (
      "from the pass costs measured on its machine, so its throughput stands in the modeled "
      "columns, never beside measured ones. tok/s modeled on a hardware profile: the same tokens "
      "under the bandwidth cost model (harness/metrics/costmodel.py: seed-xeon-a100 = small on "
-     "a Xeon, large on a remote A100; h100 = both on one H100)."),
+     "a Xeon, large on a remote A100 with an assumed 30 ms network round trip per large forward "
+     "pass, modeled, not measured: docs/cloud.md measures that term over a link; h100 = both on "
+     "one H100)."),
     ("def-transfer", "transfer",
      "a run of a router trained on another task (its checkpoint's task): drawn hollow in the "
      "plot, marked in the tables and paired with the task's own control run at the nearest "

@@ -20,8 +20,8 @@ class MarginRouter(ScoreRouter):
     defers_below = True  # a small margin means an unsure small model
     default_threshold = 0.2
     SWEEP_THRESHOLDS = (0.05, 0.1, 0.2, 0.4, 0.6)
+    small_logits = "stats"  # what of small's logits it reads: the per-token summary, not rows
 
     def token_scores(self, view) -> torch.Tensor:
         """[k] margin of each drafted token, from the logits small drafted it with."""
-        top2 = torch.softmax(view.small_logits.float(), dim=-1).topk(2, dim=-1).values
-        return top2[:, 0] - top2[:, 1]
+        return view.stats().margin  # p(1st) - p(2nd) of softmax(view.small_logits), per token
