@@ -254,6 +254,8 @@ def test_citer_share_recalibrates_tau(tmp_path):
     assert get_router("citer", {"path": path, "share": 0.5}).threshold == pytest.approx(0.25)
     assert get_router("citer", {"path": path, "share": 0.5, "threshold": 0.7}).threshold == 0.7
     assert get_router("citer", {"path": path}).threshold == 0.5
+    needs = get_router("citer", {"path": path}).needs()
+    assert needs.small_hidden and needs.small_logits == "none"  # its hidden state, not q
     from routers.citer import Citer
 
     assert Citer.sweep_settings([0.1, 0.35]) == [{"share": 0.1}, {"share": 0.35}]

@@ -86,6 +86,11 @@ def test_threshold_minus_inf_equals_small_greedy(models, greedy):
     assert reward == ["prefill"] + ["score"] * (N - 1)  # one pass per drafted token, cached
 
 
+def test_reads_the_reward_not_small_logits():
+    needs = RewardRouter(threshold=0.0).needs()
+    assert needs.reward and needs.small_logits == "none"  # small's argmax only
+
+
 def test_threshold_plus_inf_equals_large_greedy(models, greedy):
     g = run(models, RewardRouter(threshold=math.inf))
     assert list(g.token_ids) == greedy["large"]
