@@ -25,7 +25,15 @@ from harness.cli import experiment as experiment_command
 from harness.cli.main import build_parser, main
 from harness.errors import UserError
 from harness.evaluation import controls, experiment, experiment_run, progress
-from harness.evaluation.experiment import Command, Controls, Copy, Publish, Runs, Select
+from harness.evaluation.experiment import (
+    Command,
+    Controls,
+    Copy,
+    Publish,
+    Runs,
+    Select,
+    Verdicts,
+)
 from tests.tiny import tiny_gguf_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,6 +142,45 @@ def test_trained_routers_steps(tmp_path):
     assert all("--backend" not in x for x in lines if x.startswith("train-reward"))
     (select,) = [s for s in experiment.steps(spec) if isinstance(s, Select)]
     assert select.files == ("reward.pt", "metrics.json") and select.to == tmp_path / "reward"
+
+
+def test_learned_router_steps(tmp_path):
+    """The learned router's plan: its trainings on gsm8k and mbpp, calibrations one sequence at a
+    time, rows at three shares (humaneval runs mbpp's router), random controls, entropy and
+    confidence aimed at its shares, paired verdicts; gsm8k's rows wait for its checkpoint."""
+    learned = tmp_path / "learned"
+    (learned / "mbpp").mkdir(parents=True)
+    (learned / "mbpp" / "learned.pt").write_bytes(b"")
+    spec = experiment.load(ROOT / "experiments" / "learned-router.toml", out=str(tmp_path / "ed"),
+                           sets=[f"vars.learned={learned}"])  # fmt: skip
+    steps = experiment.steps(spec)
+    lines = [" ".join(a) for a in commands(spec)]
+    trainings = [x for x in lines if x.startswith("train-learned ")]
+    assert len(trainings) == 8 and all("--batch 1 " in x for x in trainings)
+    assert sum("--overhead 4" in x for x in trainings) == 2
+    assert sum(f"--features {learned}/mbpp/features" in x for x in trainings) == 2
+    calibrations = [x for x in lines if x.startswith("calibrate --router learned ")]
+    assert [x.split("--task ")[1].split()[0] for x in calibrations] == ["mbpp", "humaneval"]
+    assert all(f"--checkpoint {learned}/mbpp/learned.pt" in x and "--batch 1 " in x
+               for x in calibrations)  # fmt: skip
+    sweeps = [x for x in lines if x.startswith("sweep ")]
+    assert len(sweeps) == 2 and all("--targets 0.1,0.2,0.35" in x and "--batch auto" in x and
+                                    "learned:calibration=" in x for x in sweeps)  # fmt: skip
+    notes = [s.label for s in steps if isinstance(s, experiment.Note)]
+    assert notes == [f"gsm8k: learned left out of its rows ({learned}/gsm8k/learned.pt not found)"]
+    random_controls = [s for s in steps if isinstance(s, Controls) and s.setting == "p"]
+    assert [dict(s.pairs) for s in random_controls] == [{"random": ("learned",)}] * 2
+    aimed = [s for s in steps if isinstance(s, Controls) and s.setting == "target_share"]
+    assert len(aimed) == 3 and all(s.rounds == 2 for s in aimed)
+    argv = aimed[1].command("entropy", 0.163)
+    assert "entropy:target_share=0.163" in argv and "--limit" in argv
+    assert f"entropy:calibration={tmp_path}/ed/calibration/mbpp/entropy.json" in argv
+    parses(argv)
+    verdicts = [s for s in steps if isinstance(s, Verdicts)]
+    assert [s.to for s in verdicts] == [learned / "verdicts" / t for t in ("gsm8k", "mbpp",
+                                                                         "humaneval")]  # fmt: skip
+    assert verdicts[0].against == ("entropy", "confidence", "random")
+    assert all(progress.status(s)[0] == "after the rows" for s in [*aimed, *verdicts])
 
 
 def test_validity_runs_only_the_tasks_it_is_given(tmp_path):
@@ -312,6 +359,108 @@ def test_controls_command_and_the_experiment_run_what_controls_asks_for(tmp_path
     ps = [a[a.index("--router-arg") + 1] for a in ran]
     assert ps == [f"random:p={p}" for _ in range(3) for _, p in want]
     assert all(a[:3] == ("sweep", "--routers", "random") and "--limit" in a for a in ran)
+
+
+def test_aimed_runs_of_other_routers_at_the_shares_they_do_not_match():
+    """entropy's target share aimed at each learned row's share no entropy row matches within 2
+    points, interpolated between its rows (no row of it: the share itself); a run stopped part
+    way comes first, and a target share one of its runs has is not asked again."""
+    rows = [("entropy", 0.097, 0.1, 200), ("entropy", 0.204, 0.2, 200),
+            ("entropy", 0.356, 0.35, 200), ("learned", 0.15, 0.1, 200),
+            ("learned", 0.21, 0.2, 200), ("learned", 0.30, 0.35, 200)]  # fmt: skip
+    df = pd.DataFrame(rows, columns=["router", "large_token_share", "target_share", "n"])
+    df["router_args"] = [json.dumps({"target_share": t, "threshold": 1.0}) for t in df.target_share]
+    pairs = {"entropy": ("learned",), "confidence": ("learned",)}
+    # 0.15: 0.1 + 0.053 x 0.1 / 0.107; 0.21 is matched (0.204); 0.30: 0.2 + 0.096 x 0.15 / 0.152
+    assert progress.aimed(df, pairs, "target_share") == [
+        ("entropy", 0.15), ("entropy", 0.295), ("confidence", 0.15), ("confidence", 0.21),
+        ("confidence", 0.3)]  # fmt: skip
+    stopped = pd.concat([df, pd.DataFrame([{"router": "entropy", "large_token_share": 0.16,
+                         "n": 40, "router_args": '{"target_share": 0.15}'}])],
+                        ignore_index=True)  # fmt: skip
+    assert progress.aimed(stopped, {"entropy": ("learned",)}, "target_share") == [
+        ("entropy", 0.15),
+        ("entropy", 0.295),
+    ]  # resumed first; 0.15 not asked again
+
+
+def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
+    """A `controls = [...]` step runs other routers aimed by a setting at the shares of the rows
+    they do not match, with their [routers] arguments; a `compare = [...]` step writes a paired
+    verdict per matched pair (compare's status 1, the run flagged, is a verdict), then is done."""
+    from reports.demo import write_demo_results
+
+    folder = tmp_path / "out" / "gsm8k"
+    write_demo_results(folder, n_examples=12)
+    for name, share in (("reward_threshold1", 0.2), ("reward_threshold2", 0.5)):
+        manifest = json.loads((folder / name / "manifest.json").read_text())
+        manifest["router_args"]["target_share"] = share
+        (folder / name / "manifest.json").write_text(json.dumps(manifest))
+    summary = json.loads((folder / "random_rate0.25" / "summary.json").read_text())
+    summary["n_failed"] = 0  # every run holds the same 12 examples: none left to resume
+    (folder / "random_rate0.25" / "summary.json").write_text(json.dumps(summary))
+    spec_file = tmp_path / "spec.toml"
+    spec_file.write_text(
+        f'[experiment]\nout = "{tmp_path / "out"}"\n[tasks]\ngsm8k = {{ n = 12 }}\n'
+        '[routers]\nreward = { checkpoint = "reward.pt" }\n'
+        '[[steps]]\nafter_rows = true\nname = "reward at speculative\'s share"\n'
+        'controls = ["reward"]\nrouters = ["speculative"]\nsetting = "target_share"\nrounds = 2\n'
+        '[[steps]]\nafter_rows = true\nname = "verdicts"\ncompare = ["random", "speculative"]\n'
+        f'routers = ["reward"]\nto = "{tmp_path / "verdicts"}"\n'
+    )  # fmt: skip
+    aimed, verdicts = experiment.steps(experiment.load(spec_file))
+    ran = []
+    assert experiment_run.perform(aimed, lambda argv: ran.append(argv) or 0, None, print) == 0
+    # speculative 0.339, between reward's 0.174 (0.2) and 0.523 (0.5): target share 0.342
+    assert [a[-1] for a in ran] == ["reward:target_share=0.342"] * 2  # nothing decoded: twice
+    assert all("reward:checkpoint=reward.pt" in a and a[a.index("--limit") + 1] == "12"
+               for a in ran)  # fmt: skip
+    summary = json.loads((folder / "reward_threshold1" / "summary.json").read_text())
+    summary["large_token_share"] = 0.2  # within 2 points of random_rate0.25's 0.208
+    (folder / "reward_threshold1" / "summary.json").write_text(json.dumps(summary))
+    assert not progress.is_done(verdicts)
+    run = experiment_command.execute
+    assert experiment_run.perform(verdicts, run, None, print) == 0
+    assert [p.name for p in (tmp_path / "verdicts").iterdir()] == [
+        "reward_threshold1--vs--random_rate0.25.json"
+    ]
+    assert "diff_ci" in json.loads(next((tmp_path / "verdicts").iterdir()).read_text())
+    assert progress.is_done(verdicts)
+    assert (
+        progress.status(verdicts)[0]
+        == "done, 1 of 1 matched pairs compared (5 with no row within 0.02)"
+    )
+
+
+def test_run_adds_the_rows_of_a_checkpoint_a_step_trained(tmp_path):
+    """A row whose checkpoint is not there yet is left out; once a step of the same run makes
+    it, the steps are expanded again and its calibration and row run in that run."""
+    out = tmp_path / "out"
+    spec_file = tmp_path / "spec.toml"
+    spec_file.write_text(
+        f'[experiment]\nout = "{out}"\n[tasks]\ngsm8k = {{ n = 2 }}\n'
+        '[routers]\nciter = { path = "{out}/citer/citer.pt", calibrate = true }\n'
+        '[calibration]\nanswers = "{out}/answers"\nout = "{out}/calibration"\n'
+        '[[steps]]\nname = "train"\ncommand = "train-citer"\n'
+        'args = { task = "gsm8k", out = "{out}/citer" }\ndone = "citer.pt"\n'
+        '[[rows]]\nrouters = ["citer"]\nshares = [0.2]\n'
+    )  # fmt: skip
+    (out / "answers").mkdir(parents=True)
+    (out / "answers" / "summary.json").write_text("{}")
+    spec = experiment.load(spec_file)
+    assert [type(s).__name__ for s in experiment.steps(spec)] == ["Command", "Note"]
+    ran = []
+
+    def stand_in(argv):
+        ran.append(argv[0])
+        if argv[0] == "train-citer":
+            (out / "citer").mkdir()
+            (out / "citer" / "citer.pt").write_bytes(b"")
+        return 0
+
+    said = []
+    assert experiment_run.run(spec, stand_in, None, said.append) == 1  # the row decoded nothing
+    assert ran == ["train-citer", "calibrate", "sweep"], said
 
 
 # --- publishing --------------------------------------------------------------------------------

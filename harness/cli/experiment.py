@@ -80,8 +80,11 @@ def run(args) -> int:
         print("\n".join(lines))
         check_parses([line for line in lines if not line.startswith("#")])
         return 0
-    check_parses([experiment_run.command_line(s.argv) for s in experiment.steps(spec)
-                  if isinstance(s, experiment.Command)])  # fmt: skip
+    todo = experiment.steps(spec)
+    check_parses([experiment_run.command_line(s.argv) for s in todo
+                  if isinstance(s, experiment.Command)]
+                 + [experiment_run.command_line(s.command(c, 0.5)) for s in todo
+                    if isinstance(s, experiment.Controls) for c in s.argv])  # fmt: skip
     with stop_after(args.hours):
         return experiment_run.run(spec, execute, args.lock, say)
 

@@ -7,11 +7,12 @@ expanded into the steps that run it.
 
 A spec names its output folder, the pair and backend options, its tasks with their example
 counts, and what to run on them: calibrations, rows (routers at shares, answers reused), matched
-controls, speed anchors, other commands (training, reruns) and where the edition is published.
+controls, speed anchors, other commands (training, reruns), paired verdicts and where the edition
+is published.
 Each step is a `hybridbench` command line (`plan` prints them) or a decision taken from the files
-when the step is reached (which controls, whether this machine needs a speed anchor). Every step
-skips what its folder already holds (harness/evaluation/progress.py), so running the same spec
-again resumes it (harness/evaluation/experiment_run.py).
+when the step is reached (which controls, which runs a verdict pairs, whether this machine needs a
+speed anchor). Every step skips what its folder already holds (harness/evaluation/progress.py),
+so running the same spec again resumes it (harness/evaluation/experiment_run.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from harness.evaluation.experiment_spec import (
 from harness.evaluation.sweep import DEFAULT_TARGETS, parse_targets, router_settings, setting_name
 
 __all__ = ["Anchor", "Command", "Controls", "Copy", "Note", "Publish", "Runs", "Select", "Spec",
-           "Step", "load", "published", "steps"]  # fmt: skip
+           "Step", "Verdicts", "load", "published", "steps"]  # fmt: skip
 
 # --- steps --------------------------------------------------------------------------------------
 
@@ -83,14 +84,42 @@ class Anchor:
 @dataclass(frozen=True)
 class Controls:
     """The matched controls a task's folder still needs (harness/evaluation/controls.py), run a
-    few rounds: each round's runs realize shares the next round aims from."""
+    few rounds: each round's runs realize shares the next round aims from. With another `setting`
+    than p, the controls are other routers (entropy at a matched share), each run aimed by that
+    argument at the share of a paired row none of its runs matches (progress.aimed)."""
 
     label: str
     folder: Path
     pairs: Mapping[str, tuple[str, ...]]  # control -> the routers paired with it
-    argv: Mapping[str, tuple[str, ...]]  # control -> its sweep command line, less its p
+    argv: Mapping[str, tuple[str, ...]]  # control -> its sweep command line, less its setting
     rounds: int
     published: Path | None = None  # as Runs.published
+    setting: str = "p"  # the router argument a control run is aimed by
+
+    def command(self, control: str, value: float) -> tuple[str, ...]:
+        return (*self.argv[control], "--router-arg", f"{control}:{self.setting}={value}")
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """`hybridbench compare` of each run of `routers` in a task's folder with the run of each
+    router of `against` nearest its share, where that is within 2 points (a matched pair): the
+    paired verdict's JSON written into `to` as RUN--vs--OTHER.json. Reads files only."""
+
+    label: str
+    folder: Path
+    routers: tuple[str, ...]
+    against: tuple[str, ...]
+    to: Path
+    published: Path | None = None  # as Runs.published
+
+    def verdict(self, run: str, other: str) -> Path:
+        return self.to / f"{run}--vs--{other}.json"
+
+    def command(self, run: str, other: str) -> tuple[str, ...]:
+        """The run of `against` first: the verdict's differences are run minus other."""
+        return ("compare", str(self.folder / other), str(self.folder / run), "--json",
+                str(self.verdict(run, other)))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -132,7 +161,7 @@ class Note:
     label: str
 
 
-Step = Command | Anchor | Controls | Select | Copy | Publish | Note
+Step = Command | Anchor | Controls | Verdicts | Select | Copy | Publish | Note
 
 
 # --- reading a spec ----------------------------------------------------------------------------
@@ -206,7 +235,9 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
     pairs: dict[str, list[str]] = {}
     for row in spec.rows:
         if row.controls:
-            pairs.setdefault(row.controls, []).extend(r for r in row.routers if r != row.controls)
+            paired = [r for r in row.routers if r != row.controls and r not in left_out]
+            if paired:
+                pairs.setdefault(row.controls, []).extend(paired)
     if pairs:
         reuse = {r for row in spec.rows if row.reuse_answers for r in row.routers}
         argv = {c: ("sweep", "--routers", c, *_task_opts(task, task.n), *models,
@@ -229,6 +260,7 @@ def _calibration(spec, task: Task, routers: list[str], fixed: dict, models: list
     if task.task_args:
         raise UserError(f"{spec.path}: {task.name} has task arguments; calibrate takes none")
     limit = cal.get("limit")
+    own = {**fill(spec.models, task.vars), **cal.get("args", {})}  # calibrate's: args over models
     out: list[Step] = []
     answers = Path(cal["answers"]) if cal.get("answers") else None
     if answers is None or not (answers / "summary.json").is_file():
@@ -245,7 +277,7 @@ def _calibration(spec, task: Task, routers: list[str], fixed: dict, models: list
         argv = ["calibrate", "--router", router, *(["--checkpoint", *checkpoint] if checkpoint
                                                     else [])]  # fmt: skip
         argv += ["--task", task.name] + (["--limit", str(limit)] if limit is not None else [])
-        argv += ["--records", str(answers / "records.jsonl"), *models]
+        argv += ["--records", str(answers / "records.jsonl"), *options(own)]
         if task.max_new_tokens:
             argv += ["--max-new-tokens", str(task.max_new_tokens)]
         target = Path(cal["out"]) / f"{router}.json"
@@ -277,27 +309,59 @@ def _sweep(spec, task: Task, row: Row, routers: list[str], fixed: dict, models: 
 
 
 def _generic(spec: Spec, after_rows: bool) -> list[Step]:
-    """The `[[steps]]` tables: per task when they name {task} (or list `tasks`), once per
-    combination of their `matrix` values."""
+    """The `[[steps]]` tables: per task when they name {task} (or list `tasks`, or are controls
+    or verdicts), once per combination of their `matrix` values."""
     out: list[Step] = []
     for i, table in enumerate(spec.steps):
         if bool(table.get("after_rows")) != after_rows:
             continue
-        per_task = "tasks" in table or "{task}" in repr(table)
+        per_task = "tasks" in table or "{task}" in repr(table) or bool(PAIRED & set(table))
         chosen = [t for t in spec.tasks if t.name in table.get("tasks", [t.name])]
         for task in chosen if per_task else [None]:
             v = task.vars if task else spec.vars
             matrix = fill(table.get("matrix", {}), v)
             for combo in itertools.product(*matrix.values()):
                 here = {**v, **dict(zip(matrix, combo, strict=True))}
-                out.append(_generic_step(spec, table, here, i))
+                out.append(_generic_step(spec, table, here, i, task))
     return out
 
 
-def _generic_step(spec: Spec, table: Mapping, v: Mapping, i: int) -> Step:
+PAIRED = {"controls", "compare"}  # step kinds that pair runs of a task's folder
+
+
+def _paired_step(spec: Spec, table: Mapping, v: Mapping, label: str, task: Task) -> Step:
+    """A `controls = [...]` step (runs of those routers aimed at the shares of `routers`' rows)
+    or a `compare = [...]` one (each row of `routers` against the nearest run of each)."""
+    folder, pub = spec.out / task.name, published(spec, task)
+    routers = tuple(fill(table.get("routers", []), v))
+    if not routers or ("compare" in table and not table.get("to")):
+        raise UserError(f"{spec.path}: a step with controls = needs routers = [...], one with "
+                        "compare = needs routers = [...] and to = FOLDER")  # fmt: skip
+    if "compare" in table:
+        against = tuple(fill(table["compare"], v))
+        return Verdicts(label, folder, routers, against, Path(fill(table["to"], v)), pub)
+    models = options(fill(spec.models, v))
+    argv = {}
+    for control in fill(table["controls"], v):
+        own = fill(spec.routers.get(control, {}), v)
+        args = {k: a for k, a in own.items() if k != "calibrate"}
+        if own.get("calibrate") and spec.calibration.get("out"):  # calibrated as in its rows
+            args.setdefault("calibration", str(Path(fill(spec.calibration["out"], v)) /
+                                               f"{control}.json"))  # fmt: skip
+        fixed = [x for k, a in args.items() for x in ("--router-arg", f"{control}:{k}={text(a)}")]
+        argv[control] = ("sweep", "--routers", control, *fixed, *_task_opts(task, task.n),
+                         *models, "--out", str(folder))  # fmt: skip
+    rounds = int(table.get("rounds", spec.control_rounds))
+    return Controls(label, folder, {c: routers for c in argv}, argv, rounds, pub,
+                    table.get("setting", "p"))  # fmt: skip
+
+
+def _generic_step(spec: Spec, table: Mapping, v: Mapping, i: int, task: Task | None) -> Step:
     name = fill(table.get("name", table.get("command", f"step {i + 1}")), v)
     where = ", ".join(f"{k}={v[k]}" for k in table.get("matrix", {}))
     label = (f"{v['task']}: " if "task" in v else "") + name + (f" ({where})" if where else "")
+    if task is not None and PAIRED & set(table):
+        return _paired_step(spec, table, v, label, task)
     if "select" in table:
         return Select(label, fill(table["select"], v), fill(table["by"], v),
                       tuple(fill(table.get("copy", []), v)), Path(fill(table["to"], v)))  # fmt: skip
@@ -306,7 +370,9 @@ def _generic_step(spec: Spec, table: Mapping, v: Mapping, i: int) -> Step:
             label, tuple(Path(f) for f in fill(table["copy"], v)), Path(fill(table["to"], v))
         )
     if "command" not in table:
-        raise UserError(f"{spec.path}: step {i + 1} needs command =, select = or copy =")
+        raise UserError(
+            f"{spec.path}: step {i + 1} needs command =, select =, copy =, controls = or compare ="
+        )
     args = fill(table.get("args", {}), v)
     models = fill(spec.models, v)
     keep = table.get("models", True)

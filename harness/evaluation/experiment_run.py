@@ -9,9 +9,10 @@ A step its folders say is done is skipped without loading anything; any other is
 writes resume per example. A step that loads models holds the heavy lock (an exclusive `flock`
 on the file `lock`) while it runs, so that one heavy job runs at a time on a machine and others
 take turns between steps. A failed step is reported and the next one runs, as its inputs allow;
-publishing waits until every other step is done. Ctrl-C or SIGTERM stops the step under way as
-it stops `hybridbench run` (its records and manifest written) and ends the experiment; the same
-command resumes it.
+publishing waits until every other step is done. After each step that ran, the steps are expanded
+again from the files, so that a checkpoint a step trained adds its router's rows to the same run.
+Ctrl-C or SIGTERM stops the step under way as it stops `hybridbench run` (its records and
+manifest written) and ends the experiment; the same command resumes it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from harness.evaluation import controls as matched
 from harness.evaluation.experiment import (
     Anchor,
     Command,
@@ -37,10 +37,18 @@ from harness.evaluation.experiment import (
     Select,
     Spec,
     Step,
+    Verdicts,
     published,
     steps,
 )
-from harness.evaluation.progress import anchor_folder, is_done, status, task_folder
+from harness.evaluation.progress import (
+    anchor_folder,
+    control_needs,
+    is_done,
+    status,
+    task_folder,
+    verdict_pairs,
+)
 from reports.publish import restore
 
 # Runs one `hybridbench` command line (without the program name) in this process -> its exit
@@ -120,20 +128,21 @@ def perform(step: Step, execute: Execute, lock: str | None, say) -> int:
             0 if folder is None else _call((*step.argv, "--out", str(folder)), execute, lock, say)
         )
     if isinstance(step, Controls):
-        if not step.folder.is_dir():
-            say(f"   {step.folder}: no rows to pair yet")
-            return 1
         for round_ in range(1, step.rounds + 1):
-            needs = matched.needed_in(step.folder, step.pairs)
+            needs = control_needs(step, step.folder)
+            if needs is None:
+                say(f"   {step.folder}: no rows to pair yet")
+                return 1
             if not needs:
                 break
-            say(f"   round {round_}: {', '.join(f'{c} p={p}' for c, p in needs)}")
+            say(f"   round {round_}: {', '.join(f'{c} {step.setting}={p}' for c, p in needs)}")
             for control, p in needs:
-                argv = (*step.argv[control], "--router-arg", f"{control}:p={p}")
-                rc = _call(argv, execute, lock, say)
+                rc = _call(step.command(control, p), execute, lock, say)
                 if rc:
                     return rc
         return 0
+    if isinstance(step, Verdicts):
+        return _verdicts(step, execute, say)
     if isinstance(step, Select):
         try:
             say(f"   chosen: {_select(step)}")
@@ -155,6 +164,24 @@ def perform(step: Step, execute: Execute, lock: str | None, say) -> int:
     return 0
 
 
+def _verdicts(step: Verdicts, execute: Execute, say) -> int:
+    """Compare each matched pair not compared yet; a verdict that flags the run (compare's exit
+    status 1: worse than the other, or slower) is an answer here, not a failure."""
+    pairs = verdict_pairs(step, step.folder)
+    if pairs is None:
+        say(f"   {step.folder}: no run of {', '.join(step.routers)} yet")
+        return 1
+    step.to.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for run, router, other in pairs:
+        if not other:
+            say(f"   {run}: no {router} run within 2 points of its share")
+        elif not step.verdict(run, other).is_file():
+            rc = _call(step.command(run, other), execute, None, say, heavy=False)
+            failed += rc not in (0, 1) or not step.verdict(run, other).is_file()
+    return 1 if failed else 0
+
+
 def settled(step: Step, rc: int) -> bool:
     """Whether a step that just ran leaves nothing for publishing to wait for: its files say it
     is done; or it has no files to say so (a command that resumes itself, the controls after their
@@ -168,11 +195,12 @@ def settled(step: Step, rc: int) -> bool:
 def run(spec: Spec, execute: Execute, lock: str | None = None, say=print) -> int:
     """Run the steps of `spec` not done yet (see the module docstring); 0 when all are done
     after it, 1 when a step failed or is still not done. KeyboardInterrupt stops it."""
-    todo = steps(spec)
+    todo, seen = steps(spec), []
     failed, pending, restored = [], [], False
     say(f"experiment {spec.name}: {len(todo)} steps -> {spec.out}")
-    for i, step in enumerate(todo, 1):
-        head = f"[{i}/{len(todo)}] {step.label}"
+    while (step := next((s for s in todo if s not in seen), None)) is not None:
+        seen.append(step)
+        head = f"[{todo.index(step) + 1}/{len(todo)}] {step.label}"
         if isinstance(step, Note):
             say(f"{head}")
             continue
@@ -196,7 +224,9 @@ def run(spec: Spec, execute: Execute, lock: str | None = None, say=print) -> int
             say(f"!! {head}: exited {rc}")
         if not settled(step, rc):
             pending.append(step)
-    say(f"experiment {spec.name}: {len(todo) - len(pending)} of {len(todo)} steps done"
+        todo = steps(spec)  # what it wrote may add steps (its checkpoint: its rows)
+    left = sum(s in todo for s in pending)  # (a step expanded again since has its own)
+    say(f"experiment {spec.name}: {len(todo) - left} of {len(todo)} steps done"
         + (f", {len(failed)} failed:" if failed else ""))  # fmt: skip
     for head in failed:
         say(f"  {head}")
@@ -230,12 +260,25 @@ def plan(spec: Spec) -> list[str]:
             folder = anchor_folder(step.task_folder, step.n, step.published)
             out.append(command_line((*step.argv, "--out", str(folder))))
         elif isinstance(step, Controls):
-            held = task_folder(step.folder, step.published)
-            needs = matched.needed_in(held, step.pairs) if held.is_dir() else []
-            for control, p in needs:
-                out.append(command_line((*step.argv[control], "--router-arg", f"{control}:p={p}")))
-            out.append(f"#   once the rows are done: the controls they need, up to {step.rounds} "
-                       "rounds (`hybridbench controls FOLDER` lists them)")  # fmt: skip
+            needs = control_needs(step, task_folder(step.folder, step.published)) or []
+            out += [command_line(step.command(control, p)) for control, p in needs]
+            if step.setting == "p":
+                out.append(
+                    f"#   once the rows are done: the controls they need, up to "
+                    f"{step.rounds} rounds (`hybridbench controls FOLDER` lists them)"
+                )
+            else:
+                routers = sorted({r for rs in step.pairs.values() for r in rs})
+                out.append(f"#   once the rows are done: {', '.join(step.argv)} by {step.setting}, "
+                           f"aimed at each {', '.join(routers)} row's share none of their rows "
+                           f"matches, up to {step.rounds} rounds")  # fmt: skip
+        elif isinstance(step, Verdicts):
+            pairs = verdict_pairs(step, task_folder(step.folder, step.published)) or []
+            out += [command_line(step.command(r, o)) for r, _, o in pairs
+                    if o and not step.verdict(r, o).is_file()]  # fmt: skip
+            out.append(f"#   once the rows are done: each {', '.join(step.routers)} run against "
+                       f"the {', '.join(step.against)} run nearest its share (within 2 points), "
+                       f"verdicts into {step.to}")  # fmt: skip
         elif isinstance(step, Select):
             out.append(f"#   the folder {step.candidates} with the largest {step.metric}: "
                        f"{', '.join(step.files)} copied into {step.to}")  # fmt: skip

@@ -25,12 +25,14 @@ from harness.evaluation.experiment import (
     Runs,
     Select,
     Step,
+    Verdicts,
 )
 from harness.evaluation.runner import load_records
 from harness.metrics.machines import by_machine, session_machines
 from harness.metrics.quality import throughput
-from reports.load import ANCHORS
+from reports.load import ANCHORS, load_runs
 from reports.publish import is_published
+from reports.text import MATCH
 from routers import parse_args
 from tasks import get_task
 
@@ -126,6 +128,60 @@ def anchor_folder(folder: Path, n: int, published: Path | None = None) -> Path |
     return folder / ANCHORS / here
 
 
+def control_needs(step: Controls, folder: Path) -> list[tuple[str, float]] | None:
+    """[(control, value of its setting)] for the control runs `step` still needs in `folder`;
+    None while a router it pairs has no run there (its rows come first)."""
+    if not _has_runs(folder):
+        return None
+    df = load_runs(folder)
+    if not {r for rs in step.pairs.values() for r in rs} <= set(df.router):
+        return None
+    if step.setting == "p":
+        return matched.needed(df, dict(step.pairs))
+    return aimed(df, step.pairs, step.setting)
+
+
+def aimed(df, pairs, key: str) -> list[tuple[str, float]]:
+    """[(router, value)]: per router of `pairs` (reports.load.load_runs's rows in `df`), its
+    runs started and not finished (to resume them), then a run whose argument `key` (e.g.
+    target_share) is aimed at the realized share of each row paired with it that no run of it
+    matches within MATCH: interpolated from its runs' `key` and realized shares as the controls
+    are (`harness.evaluation.controls.aim`). A value one of its runs has is not asked again."""
+    out: list[tuple[str, float]] = []
+    done = df["n"].fillna(0) + (df["n_failed"].fillna(0) if "n_failed" in df else 0)
+    for router, routers in pairs.items():
+        own = df[df.router == router]
+        own = own.assign(setting_value=[json.loads(a).get(key) for a in own.router_args])
+        valued = own[own.setting_value.notna()]
+        asked = {round(float(x), 3) for x in valued.setting_value}
+        out += [(router, round(float(x), 3)) for x, d in zip(valued.setting_value,
+                done[valued.index], strict=True) if d < done.max()]  # fmt: skip
+        runs = valued[valued.large_token_share > 0]
+        for share in sorted(df[df.router.isin(routers)].large_token_share.dropna()):
+            if ((own.large_token_share - share).abs() <= MATCH).any():
+                continue
+            value = round(min(max(float(matched.aim(runs, share)), 0.001), 1.0), 3)
+            if value not in asked and (router, value) not in out:
+                out.append((router, value))
+    return out
+
+
+def verdict_pairs(step: Verdicts, folder: Path) -> list[tuple[str, str, str]] | None:
+    """(run, router of `against`, that router's run nearest the run's share, '' when none is
+    within MATCH) per run of `step.routers` in `folder`; None while they have no run there."""
+    df = load_runs(folder) if _has_runs(folder) else None
+    rows = df[df.router.isin(step.routers)] if df is not None else []
+    if not len(rows):
+        return None
+    out = []
+    for run, share in zip(rows.run, rows.large_token_share, strict=True):
+        for other in step.against:
+            gap = (df[df.router == other].large_token_share - share).abs().dropna()
+            near = gap.idxmin() if len(gap) and gap.min() <= MATCH else None
+            out.append((run, other, "" if near is None else df.run[near]))
+    return out
+
+
 def _anchor_state(step: Anchor, folder: Path) -> RunState:
     copy = step.published / ANCHORS / folder.name if step.published else None
     return run_state(folder, step.n, copy)
@@ -160,8 +216,10 @@ def is_done(step: Step) -> bool:
         folder = anchor_folder(step.task_folder, step.n, step.published)
         return folder is None or _anchor_state(step, folder).done >= step.n
     if isinstance(step, Controls):
-        folder = task_folder(step.folder, step.published)
-        return _has_runs(folder) and not matched.needed_in(folder, step.pairs)
+        return control_needs(step, task_folder(step.folder, step.published)) == []
+    if isinstance(step, Verdicts):
+        pairs = verdict_pairs(step, task_folder(step.folder, step.published))
+        return pairs is not None and all(step.verdict(r, o).is_file() for r, _, o in pairs if o)
     if isinstance(step, Select):
         return all((step.to / f).is_file() for f in step.files)
     if isinstance(step, Copy):
@@ -251,12 +309,21 @@ def status(step: Step) -> tuple[str, float, int]:
         text = f"done {state.done}/{step.n} into {folder}"
         return text + (f", {_hours(hours)}" if hours else ""), hours or 0.0, int(hours is None)
     if isinstance(step, Controls):
-        folder = task_folder(step.folder, step.published)
-        if not _has_runs(folder):
+        needs = control_needs(step, task_folder(step.folder, step.published))
+        if needs is None:
             return "after the rows", 0.0, 0
-        needs = matched.needed_in(folder, step.pairs)
         if not needs:
             return "done (every router has a control within 2 points of its share)", 0.0, 0
-        runs = ", ".join(f"{c} p={p}" for c, p in needs)
+        runs = ", ".join(f"{c} {step.setting}={p}" for c, p in needs)
         return f"to run: {runs} (then up to {step.rounds - 1} more rounds)", 0.0, len(needs)
+    if isinstance(step, Verdicts):
+        pairs = verdict_pairs(step, task_folder(step.folder, step.published))
+        if pairs is None:
+            return "after the rows", 0.0, 0
+        both = [(r, o) for r, _, o in pairs if o]
+        written = sum(step.verdict(r, o).is_file() for r, o in both)
+        alone = len(pairs) - len(both)
+        text = f"{written} of {len(both)} matched pairs compared" + (
+            f" ({alone} with no row within {MATCH:g})" if alone else "")  # fmt: skip
+        return ("done, " if written == len(both) else "") + text, 0.0, 0
     return ("done" if is_done(step) else "to do"), 0.0, 0
