@@ -11,10 +11,11 @@ published gsm8k edition's file) on the first `--limit` gsm8k test examples, four
 
 - `free-0ms`: no faults, no added delay: the reference records;
 - `faults-0ms`: through faults, chosen per HTTP request from its index (a seeded draw): 3% answered
-  503, 2% answered 500, 2% connections dropped unanswered, 2% answers cut half-way, 0.5% stalled
-  past the client's per-attempt timeout; and one outage, `--outage` consecutive requests answered
-  503, longer than the client's retries, so that the example in flight fails and is decoded again
-  when the run resumes (the benchmark resumes the run until every example is scored);
+  503, 2% answered 500, 2% connections dropped unanswered, 2% answers cut half-way, 0.5% answered
+  only after the client's per-attempt timeout (the server did the work); and one outage,
+  `--outage` consecutive requests answered 503, longer than the client's retries, so that the
+  example in flight fails and is decoded again when the run resumes (the benchmark resumes the
+  run until every example is scored);
 - `free-10ms`, `free-30ms`: no faults, the proxy waits 10 or 30 ms before each request: a round
   trip.
 
@@ -70,7 +71,7 @@ def fault_plan(seed: int, outage_at: int, outage: int):
         for fault, rate in FAULT_RATES:
             edge += rate
             if u < edge:
-                return f"delay:{STALL_S}" if fault == "stall" else fault
+                return f"late:{STALL_S}" if fault == "stall" else fault
         return "ok"
 
     return plan
@@ -169,7 +170,7 @@ def measure(engine, server_port: int, name: str, condition: str, a) -> dict:
             walls.append(time.perf_counter() - t0)
             sent += len(proxy.seen)
             for f in proxy.seen:
-                key = "stall" if f.startswith("delay") else f
+                key = "stall" if f.startswith(("late", "delay")) else f
                 faults[key] = faults.get(key, 0) + 1
         attempts.append(rc)
         if rc == 0:

@@ -11,7 +11,10 @@
 
 Each incoming request takes the next entry of `schedule` (then "ok" once it is used up):
   ok         forward to the upstream server and relay its answer
-  delay:S    sleep S seconds (capped at MAX_DELAY_S), then forward
+  delay:S    sleep S seconds (capped at MAX_DELAY_S), then forward (a request held on its
+             way: the server sees it late, after a retry the client sent meanwhile)
+  late:S     forward, then sleep S seconds before answering (a slow answer: the server has
+             done the work when the client gives up)
   NNN        (three digits, e.g. 500, 503, 400) answer with that status without forwarding
   drop       close the connection without answering
   cut        forward, then send the status line, headers and half the body, and close
@@ -112,6 +115,8 @@ def _handler(proxy: FaultProxy):
                 time.sleep(min(float(fault.split(":", 1)[1]), MAX_DELAY_S))
             headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
             status, ctype, data = proxy.forward(self.command, self.path, body, headers)
+            if fault.startswith("late:"):
+                time.sleep(min(float(fault.split(":", 1)[1]), MAX_DELAY_S))
             if fault == "cut":
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)

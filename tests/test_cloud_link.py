@@ -48,7 +48,7 @@ def test_the_fault_plan_is_a_function_of_the_request_index():
     assert draws[100:108] == ["503"] * 8  # the outage
     rest = draws[:100] + draws[108:]
     for fault, rate in FAULT_RATES:
-        name = "delay" if fault == "stall" else fault
+        name = "late" if fault == "stall" else fault
         share = sum(d.startswith(name) for d in rest) / len(rest)
         assert abs(share - rate) < 0.006, (fault, share)
     assert [fault_plan(1, 100, 8)(i) for i in range(2000)] != draws[:2000]

@@ -161,7 +161,8 @@ def test_faults_are_retried_and_the_output_is_unchanged(pair, server):
     tok = pair[2]
     ids, expected = _reference(server, tok, PROMPTS[1])
     with FaultProxy(server, list(FAULTS)) as proxy:
-        backend = remote(proxy.url, timeout_s=1.0)  # delay:1.5 is a timeout
+        # delay:1.5 is a timeout; each request takes the next fault (no cache restores between)
+        backend = remote(proxy.url, timeout_s=1.0, restore_cache=False)
         engine = engine_with(pair, backend)
         gen = engine.generate(get_router("oracle"), ids, DecodeConfig(max_new_tokens=N_TOKENS))
     eos = set(engine.eos_ids)
@@ -174,6 +175,41 @@ def test_faults_are_retried_and_the_output_is_unchanged(pair, server):
     assert len(s.errors) == n_faults
     assert any("timed out" in e for e in s.errors), s.errors
     assert any("HTTP 500" in e for e in s.errors) and any("HTTP 503" in e for e in s.errors)
+
+
+class Evaluated(RemoteBackend):
+    """The remote backend, keeping how many prompt tokens the server evaluated for each answer
+    (llama-server's `timings.prompt_n`) and the rows of each forward."""
+
+    def _attempt(self, method, path, body):
+        status, data, error = super()._attempt(method, path, body)
+        if status == 200 and path.endswith("completions"):
+            import json
+
+            self.evaluated.append(json.loads(data).get("timings", {}).get("prompt_n"))
+        return status, data, error
+
+
+def test_a_retry_after_a_cut_answer_evaluates_what_an_undisturbed_request_does(server):
+    """An answer cut on the way back leaves the whole prompt in the server's cache; the retry
+    first puts the cache back, so the server evaluates the same new tokens in one batch again
+    (not only the last one) and the rows are bit for bit an undisturbed run's."""
+    prefix, new = [3, 4, 5, 6, 7, 8], [9, 10, 11, 12]
+    runs = {}
+    for name, schedule in (("undisturbed", []), ("cut", ["ok", "cut"])):
+        with FaultProxy(server, list(schedule)) as proxy:
+            backend = Evaluated(RemoteConfig(proxy.url, **FAST), vocab_size=128)
+            backend.evaluated = []
+            backend.reset()
+            backend.forward(prefix, 1)  # the cold prefill: the prompt alone, evaluated afresh
+            rows, _ = backend.forward(new, 1)
+            runs[name] = (rows, backend.evaluated, backend.stats, proxy.seen)
+    (rows0, eval0, _, _), (rows1, eval1, stats, seen) = runs["undisturbed"], runs["cut"]
+    assert eval0 == [len(prefix), len(new)]
+    assert seen[:2] == ["ok", "cut"] and stats.retries == 1 and stats.restores == 1
+    # the cut attempt's answer was lost; then the restore (one token), then the retry
+    assert eval1 == [len(prefix), 1, len(new)]
+    assert torch.equal(rows0, rows1)
 
 
 def test_gives_up_after_the_last_retry(pair, server):

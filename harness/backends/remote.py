@@ -86,6 +86,7 @@ class RemoteConfig:
     max_backoff_s: float = 8.0
     deadline_s: float = 120.0  # no new attempt starts later than this after the first one
     cold_prefill: bool = True  # llama.cpp: evaluate each generation's prompt afresh (see below)
+    restore_cache: bool = True  # llama.cpp: put the server's cache back before a retry (_restore)
     idle_s: float = 2.0  # reconnect before reusing a connection idle this long (servers close
     # idle keep-alive connections after ~5 s; a request sent on one would fail and be retried)
 
@@ -101,6 +102,7 @@ class RemoteStats:
     rows: int = 0  # next-token rows asked for (one prompt each)
     bytes_sent: int = 0  # request bodies (JSON), headers excluded
     bytes_received: int = 0  # response bodies, headers excluded
+    restores: int = 0  # requests that put the server's cache back before a retry (below)
     seconds: float = 0.0  # wall time inside HTTP calls, backoff sleeps included
     errors: list[str] = field(default_factory=list)  # one line per failed attempt
 
@@ -123,6 +125,7 @@ class RemoteBackend:
         self.tokens: list[int] = []
         self._conn: http.client.HTTPConnection | None = None
         self._last_used = 0.0
+        self._served: list[int] | None = None  # the server's cache after the last answer (below)
 
     # ------------------------------------------------------------------ Backend protocol
 
@@ -157,8 +160,10 @@ class RemoteBackend:
         choices = []
         for group, cache in groups:
             if group:
-                answer = self._post("/v1/completions", self._payload(group, cache))
+                restore = (lambda g=group: self._restore(g[0])) if cache else None
+                answer = self._post("/v1/completions", self._payload(group, cache), restore)
                 choices += sorted(answer.get("choices") or [], key=lambda c: c.get("index", 0))
+                self._served = list(group[-1])
         if len(choices) != n_rows:
             raise RemoteError(f"asked for {n_rows} completions, server returned {len(choices)}")
         rows = torch.full((n_rows, self.vocab_size), -math.inf)
@@ -208,11 +213,35 @@ class RemoteBackend:
         """GET /v1/models (llama-server adds `meta`: n_params, size, n_vocab)."""
         return self._request("GET", "/v1/models", None)
 
-    def _post(self, path: str, payload: dict) -> dict:
-        return self._request("POST", path, json.dumps(payload).encode())
+    def _post(self, path: str, payload: dict, before_retry=None) -> dict:
+        return self._request("POST", path, json.dumps(payload).encode(), before_retry)
 
-    def _request(self, method: str, path: str, body: bytes | None) -> dict:
-        """One call with timeouts and bounded retries; RemoteError after the last attempt."""
+    def _restore(self, prompt: list[int]) -> None:
+        """Before a retry: put llama-server's prompt cache back where the last answer left it.
+
+        A failed attempt may have reached the server (an answer cut or timed out on the way
+        back): its cache then holds the whole prompt, and the retry would evaluate only the last
+        position, alone, where the first attempt evaluated the new tokens as one batch. llama.cpp's
+        numbers depend on that batching (module docstring), enough to flip a near-tie of large's
+        greedy token. One request for the served prefix plus a token the prompt does not continue
+        with makes the server drop what the failed attempt added; the retry then evaluates the same
+        tokens in the same batch as an undisturbed run. A failed attempt answered by the server
+        itself late (after the client gave up) can still move the cache afterwards."""
+        served = self._served
+        if not (self.cfg.restore_cache and self.cfg.dialect == "llama.cpp"):
+            return
+        if not served or len(served) >= len(prompt):
+            return
+        if prompt[: len(served)] != served:
+            return
+        other = 0 if prompt[len(served)] != 0 else 1
+        body = {**self._payload([served + [other]], True), "n_probs": 1}
+        self.stats.restores += 1
+        self._attempt("POST", "/v1/completions", json.dumps(body).encode())
+
+    def _request(self, method: str, path: str, body: bytes | None, before_retry=None) -> dict:
+        """One call with timeouts and bounded retries; RemoteError after the last attempt.
+        `before_retry()` runs before each retry (the cache restore of a completions request)."""
         cfg, t0, last, attempts, answered = self.cfg, time.monotonic(), "", 0, 0
         try:
             for attempt in range(cfg.retries + 1):
@@ -222,6 +251,8 @@ class RemoteBackend:
                         break
                     time.sleep(pause)
                     self.stats.retries += 1
+                    if before_retry is not None:
+                        before_retry()
                 attempts += 1
                 status, data, error = self._attempt(method, path, body)
                 answered = status or answered
