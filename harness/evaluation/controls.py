@@ -35,8 +35,9 @@ SPAN = 0.015  # the widest group of router shares one control run is aimed at (s
 BOUNDS = ("oracle", "speculative")  # bounds, not routing policies under test: no control
 
 
-def unfinished(df) -> list[tuple[str, float]]:
-    """[(control, p)] for the control runs of `df` started but not finished: fewer examples
+def unfinished(df, routers=CONTROL_ROUTERS) -> list[tuple[str, float]]:
+    """[(control, p)] for the runs of `routers` (default the controls) in `df` started but not
+    finished: fewer examples
     decoded (or failed) than the folder's fullest run, every row covering the same examples. An
     experiment stopped mid-row resumes them here: their p is a setting a control run already has,
     so `needed` does not ask for it again, and their share so far counts as the share they aim at."""
@@ -44,7 +45,7 @@ def unfinished(df) -> list[tuple[str, float]]:
         return []
     failed = df["n_failed"].fillna(0) if "n_failed" in df else 0
     done = df["n"].fillna(0) + failed
-    controls = df.router.isin(CONTROL_ROUTERS) & (done < done.max())
+    controls = df.router.isin(routers) & (done < done.max())
     return [(r, round(float(p), 3)) for r, p in zip(df.router[controls],
             df.setting_value[controls], strict=True)]  # fmt: skip
 
@@ -63,6 +64,11 @@ def aim(runs, s: float) -> float:
             return p[lo] + (s - share[lo]) * (p[hi] - p[lo]) / (share[hi] - share[lo])
     near = (share - s).abs().idxmin()
     return s * p[near] / share[near]
+
+
+def aimed_value(runs, s: float) -> float:
+    """`aim`, kept within (0, 1] and rounded as a run's setting is asked (3 decimals)."""
+    return round(min(max(float(aim(runs, s)), 0.001), 1.0), 3)
 
 
 def pairs_of(routers) -> dict[str, tuple[str, ...]]:
@@ -94,7 +100,7 @@ def needed(df, pairs: dict[str, tuple[str, ...]] | None = None) -> list[tuple[st
             group = [s for s in alone if s - alone[0] <= SPAN]
             alone = alone[len(group) :]
             s = (group[0] + group[-1]) / 2
-            p = round(min(max(float(aim(runs, s)), 0.001), 1.0), 3)
+            p = aimed_value(runs, s)
             if p not in have_p and (control, p) not in out:
                 out.append((control, p))
     return out

@@ -9,6 +9,7 @@ run not started yet is estimated at the mean rate of its step's started runs, wh
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -148,19 +149,17 @@ def aimed(df, pairs, key: str) -> list[tuple[str, float]]:
     matches within MATCH: interpolated from its runs' `key` and realized shares as the controls
     are (`harness.evaluation.controls.aim`). A value one of its runs has is not asked again."""
     out: list[tuple[str, float]] = []
-    done = df["n"].fillna(0) + (df["n_failed"].fillna(0) if "n_failed" in df else 0)
+    df = df.assign(setting_value=[json.loads(a).get(key) for a in df.router_args])
     for router, routers in pairs.items():
         own = df[df.router == router]
-        own = own.assign(setting_value=[json.loads(a).get(key) for a in own.router_args])
         valued = own[own.setting_value.notna()]
         asked = {round(float(x), 3) for x in valued.setting_value}
-        out += [(router, round(float(x), 3)) for x, d in zip(valued.setting_value,
-                done[valued.index], strict=True) if d < done.max()]  # fmt: skip
+        out += [(r, x) for r, x in matched.unfinished(df, (router,)) if not math.isnan(x)]
         runs = valued[valued.large_token_share > 0]
         for share in sorted(df[df.router.isin(routers)].large_token_share.dropna()):
             if ((own.large_token_share - share).abs() <= MATCH).any():
                 continue
-            value = round(min(max(float(matched.aim(runs, share)), 0.001), 1.0), 3)
+            value = matched.aimed_value(runs, share)
             if value not in asked and (router, value) not in out:
                 out.append((router, value))
     return out
