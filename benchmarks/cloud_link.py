@@ -183,6 +183,8 @@ def measure(engine, server_port: int, name: str, condition: str, a) -> dict:
         "router": name,
         "condition": condition,
         "rtt_s": rtt,
+        "fault_seed": a.seed if plan else None,
+        "outage": a.outage if plan else 0,
         "invocations": len(attempts),
         "exit_codes": attempts,
         "wall_s": sum(walls),
@@ -224,7 +226,8 @@ def tables(result: dict) -> str:
         c = r["check"]
         faults = ", ".join(f"{k} {v}" for k, v in sorted(r["faults"].items()) if k != "ok")
         eq = f"{c['records'] - len(c['differ_from_reference'])}/{c['records']}"
-        out.append(f"| {r['router']} | {r['condition']} | {c['records']}/{c['expected']} | "
+        run = r["condition"] + (f" (outage {r['outage']})" if r.get("outage") else "")
+        out.append(f"| {r['router']} | {run} | {c['records']}/{c['expected']} | "
                    f"{c['duplicated']} | {c['failed']} | {eq} | {r['invocations']} | "
                    f"{faults or '—'} | {r['client']['round_trips']} ({r['client']['retries']}) |")  # fmt: skip
     out += ["", "| router | run | tokens | large share | large forwards / token | HTTP requests / "
