@@ -4,9 +4,12 @@ On the tiny pair of `tests/tiny.py` (float32), moved to the GPU: small-only and 
 transformers' own greedy `generate` on the GPU token for token; the oracle and speculative
 decoding (fixed k, and adaptive k with the heuristic schedule) equal large's greedy output; a
 cropped and re-fed cache gives the logits of a fresh pass; random routing on the GPU makes the
-same decisions and tokens as on the CPU. Prints one line per check; exits 1 if any fails.
+same decisions and tokens as on the CPU; small's per-token summary (top-1 probability, entropy,
+top-2 margin) computed on the GPU equals the CPU's up to float rounding, and the score routers that
+read it (entropy, confidence, and the example package's margin router, loaded by import path) defer
+the same tokens on the GPU as on the CPU. Prints one line per check; exits 1 if any fails.
 
-    python -m benchmarks.gpu_check            # on a machine with CUDA
+    PYTHONPATH=examples/margin-router python -m benchmarks.gpu_check     # on a machine with CUDA
 """
 
 from __future__ import annotations
@@ -31,6 +34,49 @@ N = 24
 def backends(device: str) -> dict:
     small, large = tiny_pair(2)
     return {r: HFBackend(m.to(device), info(r, m)) for r, m in (("small", small), ("large", large))}
+
+
+SCORE_ROUTERS = (  # (router, the summary field it reads)
+    ("entropy", "entropy"),
+    ("confidence", "top_prob"),
+    ("margin_router.router:MarginRouter", "margin"),
+)
+
+
+def score_router_checks(gpu: dict, cpu: dict, cfg: DecodeConfig, check) -> None:
+    """Small's summary on `gpu`'s device against `cpu`'s, and the score routers' deferrals;
+    each router's threshold is the median of its score over the prompts' rows, so that it defers
+    some tokens and keeps others."""
+    rows = {}
+    for name, side in (("gpu", gpu), ("cpu", cpu)):
+        b = side["small"]
+        rows[name] = []
+        for p in PROMPTS:
+            b.reset()
+            rows[name].append(b.forward(p, len(p), level="stats")[0])
+    for field in ("top_prob", "entropy", "margin"):
+        err = max(
+            float((getattr(g, field) - getattr(c, field)).abs().max())
+            for g, c in zip(rows["gpu"], rows["cpu"], strict=True)
+        )
+        same_argmax = all(
+            bool((g.argmax == c.argmax).all())
+            for g, c in zip(rows["gpu"], rows["cpu"], strict=True)
+        )
+        check(f"small's {field} on GPU = on CPU, {len(PROMPTS)} prompts",
+              same_argmax and err < 1e-5, f"max |diff| {err:.2e}")  # fmt: skip
+    for router, field in SCORE_ROUTERS:
+        threshold = float(torch.cat([getattr(c, field) for c in rows["cpu"]]).median())
+        deferred = total = 0
+        same = True
+        for p in PROMPTS:
+            g = generate(gpu, get_router(router, {"threshold": threshold}), p, cfg)
+            c = generate(cpu, get_router(router, {"threshold": threshold}), p, cfg)
+            same &= (g.token_ids, g.provenance) == (c.token_ids, c.provenance)
+            deferred += sum(c.provenance)  # 1 = a token large wrote
+            total += len(c.provenance)
+        check(f"{router} threshold {threshold:.4f} on GPU = on CPU, {len(PROMPTS)} prompts",
+              same and 0 < deferred < total, f"{deferred}/{total} tokens by large")  # fmt: skip
 
 
 def main() -> int:
@@ -62,6 +108,7 @@ def main() -> int:
         on_cpu = generate(cpu, get_router("random", {"p": 0.3}), p, cfg)
         check(f"random p=0.3 on GPU = on CPU, prompt of {len(p)}",
               (on_gpu.token_ids, on_gpu.provenance) == (on_cpu.token_ids, on_cpu.provenance))  # fmt: skip
+    score_router_checks(gpu, cpu, cfg, check)
     # rollback: feed 3 tokens, crop 2 of them, feed 2 others = a fresh pass over the same tokens
     b = gpu["large"]
     b.reset()
