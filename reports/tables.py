@@ -26,11 +26,13 @@ from reports.text import (
     MATCH,
     constant_args,
     constants_note,
+    nearest_share,
     num,
     pct,
     quality_cell,
     ratio_cells,
     setting_text,
+    verdict,
 )
 
 GB = 1e9
@@ -175,20 +177,19 @@ def pair(r, controls: pd.DataFrame, task: TaskRuns) -> Pairing:
     if not decoded(r.get("n")):  # nothing to pair yet
         return Pairing("nothing decoded yet", "—", 0, "—", "—")
     pool = controls[controls["router"].isin([control, *ENDS])]
-    gap = (pool["large_token_share"] - r["large_token_share"]).abs().fillna(math.inf)
-    matched = bool(len(pool)) and gap.min() <= MATCH
+    near, gap = nearest_share(pool, r["large_token_share"])
+    matched = gap <= MATCH
     if not (matched or (pool["router"] == control).any()):  # an end alone must be matched
         return Pairing(f"no {control} run", "—", None, "—", "—")
-    c = pool.loc[gap.idxmin()]
+    c = pool.loc[near]
     d = metrics.paired_difference(task.scores(r["path"]), task.scores(c["path"]), r["metric"])
-    verdict = "better" if d["ci_low"] > 0 else "worse" if d["ci_high"] < 0 else "no difference"
     setting = "—" if c["router"] in ENDS else task.setting(c)
     return Pairing(
         c["router"] if setting == "—" else f"{c['router']} {setting}",
         num(c["large_token_share"]) + ("" if matched else " (not matched)"),
         d["n"],
         f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["n"] else "—",
-        verdict if d["n"] else "—",
+        verdict(d),
     )
 
 
@@ -212,8 +213,8 @@ def goal_table(task: TaskRuns) -> Table:
     q_small, q_large = task.references()
     rows = []
     for r in goal_runs(task.all_runs):
-        verdict = "control" if r["router"] in CONTROL_ROUTERS else pair(r, task.runs, task).verdict
-        rows.append((router_label(r), pct(pgr(r["quality"], q_small, q_large)), verdict,
+        vs = "control" if r["router"] in CONTROL_ROUTERS else pair(r, task.runs, task).verdict
+        rows.append((router_label(r), pct(pgr(r["quality"], q_small, q_large)), vs,
                      num(r["large_token_share"]), quality_cell(r), *ratio_cells(r),
                      task.setting(r)))  # fmt: skip
     # the answer's columns first: on a phone the table scrolls sideways from the left

@@ -18,6 +18,24 @@ GOAL_SHARE = 0.25  # the quality goal: the most of the gap recovered at <= 25% l
 MATCH = 0.02  # large-token shares within 2 points count as matched
 
 
+def nearest_share(pool, share: float) -> tuple[object, float]:
+    """(index, gap): the row of `pool` (runs with a `large_token_share` column) whose share is
+    nearest `share`, and how far it is; (None, inf) when `pool` has no rows. A row whose share
+    is not known yet is never nearer than one whose share is; the pair is matched when the gap
+    is at most MATCH."""
+    if not len(pool):
+        return None, math.inf
+    gap = (pool["large_token_share"] - share).abs().fillna(math.inf)
+    return gap.idxmin(), float(gap.min())
+
+
+def verdict(d: Mapping) -> str:
+    """A paired difference's verdict from its 95% interval: better, worse or no difference."""
+    if not d["n"]:
+        return "—"
+    return "better" if d["ci_low"] > 0 else "worse" if d["ci_high"] < 0 else "no difference"
+
+
 def num(x, digits: int = 3) -> str:
     """`x` at fixed precision; '—' for a missing or undefined value."""
     try:

@@ -630,3 +630,21 @@ def test_a_folder_of_two_tasks_gets_a_page_each_and_an_index(results, tmp_path):
         assert f"[{task}](leaderboard-{task}.md)" in md
         page = (mixed / "report" / f"leaderboard-{task}.html").read_text()
         assert '<a href="index.html">Index</a>' in page and f"<strong>{task}</strong>" in page
+
+
+def test_nearest_share_takes_the_closest_known_share_and_says_how_far():
+    import pandas as pd
+
+    from reports.text import MATCH, nearest_share, verdict
+
+    pool = pd.DataFrame({"large_token_share": [0.1, math.nan, 0.23, 0.31]}, index=[5, 6, 7, 8])
+    near, gap = nearest_share(pool, 0.25)
+    assert near == 7 and gap == pytest.approx(0.02) and gap <= MATCH + 1e-12
+    assert nearest_share(pool, 0.3)[0] == 8
+    assert nearest_share(pool.iloc[:0], 0.2) == (None, math.inf)
+    unknown = nearest_share(pool.loc[[6]], 0.2)  # a share not known yet is never matched
+    assert unknown[1] == math.inf
+    assert verdict({"n": 0}) == "—"
+    assert verdict({"n": 9, "ci_low": 0.01, "ci_high": 0.2}) == "better"
+    assert verdict({"n": 9, "ci_low": -0.2, "ci_high": -0.01}) == "worse"
+    assert verdict({"n": 9, "ci_low": -0.1, "ci_high": 0.1}) == "no difference"

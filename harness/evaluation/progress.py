@@ -33,7 +33,7 @@ from harness.metrics.machines import by_machine, session_machines
 from harness.metrics.quality import throughput
 from reports.load import ANCHORS, load_runs
 from reports.publish import is_published
-from reports.text import MATCH
+from reports.text import MATCH, nearest_share
 from routers import parse_args
 from tasks import get_task
 
@@ -175,9 +175,8 @@ def verdict_pairs(step: Verdicts, folder: Path) -> list[tuple[str, str, str]] | 
     out = []
     for run, share in zip(rows.run, rows.large_token_share, strict=True):
         for other in step.against:
-            gap = (df[df.router == other].large_token_share - share).abs().dropna()
-            near = gap.idxmin() if len(gap) and gap.min() <= MATCH else None
-            out.append((run, other, "" if near is None else df.run[near]))
+            near, gap = nearest_share(df[df.router == other], share)
+            out.append((run, other, df.run[near] if gap <= MATCH else ""))
     return out
 
 
