@@ -3,7 +3,7 @@ round trip and faults; small local on llama.cpp; routers run by `hybridbench run
 
     flock /tmp/hybridbench-heavy.lock python -m benchmarks.cloud_link --limit 50 --threads 2 \\
         --out runs/cloud-link
-    python -m benchmarks.cloud_link --report runs/cloud-link      # the tables again, no decoding
+    python -m benchmarks.cloud_link --report runs/cloud-link      # the figures again, no decoding
 
 The server decodes one sequence at a time (`-np 1`), the client one generation at a time
 (`--batch 1`). For each router (random p = 0.2; entropy at a 20% target share, calibrated by the
@@ -25,7 +25,9 @@ model wrote each token, the steps and the forward passes; timings aside). Measur
 each run (decoding only: the models are loaded once), the client's HTTP requests and attempts
 (retries included) and the round trips per generated token; against the cost model's network term
 (`harness.metrics.costmodel.modeled_seconds`: one round trip per forward pass of the remote
-large model), the added wall time at 10 and 30 ms over the 0 ms run.
+large model), the added wall time at 10 and 30 ms over the 0 ms run; and, example by example
+against the 0 ms run (the same tokens and passes), the added decoding seconds and the added
+seconds per large forward pass, each with its 95% bootstrap interval over examples.
 
 Writes OUT/cloud-link.json (every figure) and prints the tables; each run folder resumes, so the
 same command continues an interrupted measurement (a run's wall time then counts only the
@@ -199,6 +201,40 @@ def measure(engine, server_port: int, name: str, condition: str, a) -> dict:
     }
 
 
+def large_seconds(record: dict) -> tuple[float, int]:
+    """Seconds in large's forward passes of one record (its HTTP requests, round trip included)
+    and how many passes."""
+    f = record["generation"]["forwards"]
+    t = [s for m, s in zip(f["model"], f["seconds"], strict=True) if m == "large"]
+    return sum(t), len(t)
+
+
+def paired_added(base: list[dict], run: list[dict]) -> dict:
+    """What a round trip added, example by example against the same examples at 0 ms (the same
+    tokens and forward passes: each record equals its reference): decoding seconds in all (sum
+    over examples) and seconds per large forward pass, each with its 95% bootstrap interval
+    over examples."""
+    from harness.metrics.quality import bootstrap_ci, ratio_ci
+
+    ref = {r["example_id"]: r for r in base}
+    wall, large, passes = [], [], []
+    for r in run:
+        o = ref[r["example_id"]]
+        wall.append(r["generation"]["seconds"] - o["generation"]["seconds"])
+        (t, n), (t0, _) = large_seconds(r), large_seconds(o)
+        large.append(t - t0)
+        passes.append(n)
+    lo, hi = bootstrap_ci(wall)
+    per_lo, per_hi = ratio_ci(large, passes)
+    return {
+        "examples": len(wall),
+        "added_decode_s": sum(wall),
+        "added_decode_ci_s": [lo * len(wall), hi * len(wall)],
+        "added_per_large_forward_ms": 1000 * sum(large) / max(1, sum(passes)),
+        "added_per_large_forward_ci_ms": [1000 * per_lo, 1000 * per_hi],
+    }
+
+
 def summarize(rows: list[dict], out: Path) -> dict:
     """The checks against each router's reference run and the network term against the cost
     model's; written to OUT/cloud-link.json."""
@@ -212,6 +248,10 @@ def summarize(rows: list[dict], out: Path) -> dict:
             r["cost_model_network_s"] = r["large_forwards"] * r["rtt_s"]
             r["requests_times_rtt_s"] = r["client"]["requests"] * r["rtt_s"]
             r["added_http_s"] = r["client"]["seconds"] - base["client"]["seconds"]
+            r["paired"] = paired_added(
+                read_records(out / r["router"] / "free-0ms"),
+                read_records(out / r["router"] / r["condition"]),
+            )
     result = {"rows": rows, "fault_rates": dict(FAULT_RATES), "timeout_s": TIMEOUT_S}
     (out / "cloud-link.json").write_text(json.dumps(result, indent=1))
     return result
@@ -245,6 +285,19 @@ def tables(result: dict) -> str:
                    f"{r['large_tokens'] / max(1, r['tokens']):.3f} | "
                    f"{r['large_forwards_per_token']:.3f} | {r['requests_per_token']:.3f} | "
                    f"{wall} | {r['client']['seconds']:.1f} | {' | '.join(cells)} |")  # fmt: skip
+    out += ["", "| router | round trip, ms | examples (paired with 0 ms) | added decoding, s [95% "
+            "CI] | cost model's network term, s | added per large forward pass, ms [95% CI] |",
+            "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        if "paired" not in r:
+            continue
+        d = r["paired"]
+        lo, hi = d["added_decode_ci_s"]
+        plo, phi = d["added_per_large_forward_ci_ms"]
+        out.append(f"| {r['router']} | {1000 * r['rtt_s']:g} | {d['examples']} | "
+                   f"{d['added_decode_s']:.1f} [{lo:.1f}, {hi:.1f}] | "
+                   f"{r['cost_model_network_s']:.1f} | {d['added_per_large_forward_ms']:.2f} "
+                   f"[{plo:.2f}, {phi:.2f}] |")  # fmt: skip
     return "\n".join(out)
 
 
@@ -264,8 +317,9 @@ def main() -> int:
     ap.add_argument("--server-bin", default=None)
     ap.add_argument("--report", metavar="OUT", default=None, help="print OUT's tables and stop")
     a = ap.parse_args()
-    if a.report:
-        print(tables(json.loads((Path(a.report) / "cloud-link.json").read_text())))
+    if a.report:  # the figures again from the run folders, no decoding
+        rows = json.loads((Path(a.report) / "rows.json").read_text())
+        print(tables(summarize(rows, Path(a.report))))
         return 0
 
     from harness.backends import models

@@ -1,11 +1,13 @@
-"""benchmarks/cloud_link.py's bookkeeping: the fault plan, the record check and the token counts
-(the benchmark itself decodes real models: docs/cloud.md)."""
+"""benchmarks/cloud_link.py's bookkeeping: the fault plan, the record check, the token counts and
+the paired round-trip figures (the benchmark itself decodes real models: docs/cloud.md)."""
 
 from __future__ import annotations
 
 import copy
 
-from benchmarks.cloud_link import FAULT_RATES, check, fault_plan, token_figures
+import pytest
+
+from benchmarks.cloud_link import FAULT_RATES, check, fault_plan, paired_added, token_figures
 
 
 def record(eid: str, tokens: list[int], provenance: list[int], seconds: float = 1.0) -> dict:
@@ -81,3 +83,18 @@ def test_token_figures_count_large_forwards_and_skip_failed_records():
     failed = {"example_id": "c", "error": "RemoteError", "generation": {}}
     f = token_figures([record("a", [1, 2, 3], [0, 1, 0]), failed])
     assert f == {"tokens": 3, "large_tokens": 1, "large_forwards": 1}
+
+
+def test_paired_added_compares_each_example_with_itself_at_0_ms():
+    base = [record("a", [1, 2], [0, 1], seconds=1.0), record("b", [3], [1], seconds=2.0)]
+    slow = [record("b", [3], [1], seconds=2.5), record("a", [1, 2], [0, 1], seconds=1.5)]
+    for r in slow:  # only large's passes took longer: 10 ms more each
+        f = r["generation"]["forwards"]
+        f["seconds"] = [s - 0.5 + (0.01 if m == "large" else 0) for m, s in
+                        zip(f["model"], f["seconds"], strict=True)]  # fmt: skip
+    d = paired_added(base, slow)
+    assert d["examples"] == 2 and d["added_decode_s"] == pytest.approx(1.0)
+    assert d["added_per_large_forward_ms"] == pytest.approx(10.0)
+    lo, hi = d["added_per_large_forward_ci_ms"]
+    assert lo == pytest.approx(10.0) and hi == pytest.approx(10.0)  # the same for every example
+    assert d["added_decode_ci_s"] == pytest.approx([1.0, 1.0])
