@@ -201,11 +201,11 @@ def measure(engine, server_port: int, name: str, condition: str, a) -> dict:
     }
 
 
-def large_seconds(record: dict) -> tuple[float, int]:
-    """Seconds in large's forward passes of one record (its HTTP requests, round trip included)
-    and how many passes."""
+def model_seconds(record: dict, model: str) -> tuple[float, int]:
+    """Seconds in one model's forward passes of a record (large's: its HTTP requests, round trip
+    included) and how many passes."""
     f = record["generation"]["forwards"]
-    t = [s for m, s in zip(f["model"], f["seconds"], strict=True) if m == "large"]
+    t = [s for m, s in zip(f["model"], f["seconds"], strict=True) if m == model]
     return sum(t), len(t)
 
 
@@ -213,25 +213,41 @@ def paired_added(base: list[dict], run: list[dict]) -> dict:
     """What a round trip added, example by example against the same examples at 0 ms (the same
     tokens and forward passes: each record equals its reference): decoding seconds in all (sum
     over examples) and seconds per large forward pass, each with its 95% bootstrap interval
-    over examples."""
-    from harness.metrics.quality import bootstrap_ci, ratio_ci
+    over examples. Runs minutes apart on a shared machine differ in speed by a few percent, as
+    much as a round trip of a few ms adds to a pass; small's passes, which no round trip
+    touches, measure that drift (`small_drift`: their seconds in this run over the 0 ms run's),
+    and the adjusted figure charges large's 0 ms passes the same drift before subtracting."""
+    import numpy as np
+
+    from harness.metrics.quality import bootstrap_ci, bootstrap_statistic
 
     ref = {r["example_id"]: r for r in base}
-    wall, large, passes = [], [], []
+    cols = []  # per example: decoding s, large s, small s (this run, then 0 ms), large passes
     for r in run:
         o = ref[r["example_id"]]
-        wall.append(r["generation"]["seconds"] - o["generation"]["seconds"])
-        (t, n), (t0, _) = large_seconds(r), large_seconds(o)
-        large.append(t - t0)
-        passes.append(n)
+        (lr, n), (lb, _) = model_seconds(r, "large"), model_seconds(o, "large")
+        sr, sb = model_seconds(r, "small")[0], model_seconds(o, "small")[0]
+        cols.append((r["generation"]["seconds"] - o["generation"]["seconds"], lr, lb, sr, sb, n))
+    wall, lr, lb, sr, sb, n = np.array(cols, dtype=float).T
+    k = len(wall)
+
+    def per_pass(idx, adjust: bool):
+        drift = sr[idx].sum(-1) / sb[idx].sum(-1) if adjust else 1.0
+        return 1000 * (lr[idx].sum(-1) - drift * lb[idx].sum(-1)) / n[idx].sum(-1)
+
+    every = np.arange(k)[None]
     lo, hi = bootstrap_ci(wall)
-    per_lo, per_hi = ratio_ci(large, passes)
     return {
-        "examples": len(wall),
-        "added_decode_s": sum(wall),
-        "added_decode_ci_s": [lo * len(wall), hi * len(wall)],
-        "added_per_large_forward_ms": 1000 * sum(large) / max(1, sum(passes)),
-        "added_per_large_forward_ci_ms": [1000 * per_lo, 1000 * per_hi],
+        "examples": k,
+        "added_decode_s": float(wall.sum()),
+        "added_decode_ci_s": [lo * k, hi * k],
+        "added_per_large_forward_ms": float(per_pass(every, False)[0]),
+        "added_per_large_forward_ci_ms": list(bootstrap_statistic(k, lambda i: per_pass(i, False))),
+        "small_drift": float(sr.sum() / sb.sum()),
+        "adjusted_per_large_forward_ms": float(per_pass(every, True)[0]),
+        "adjusted_per_large_forward_ci_ms": list(
+            bootstrap_statistic(k, lambda i: per_pass(i, True))
+        ),
     }
 
 
@@ -286,18 +302,21 @@ def tables(result: dict) -> str:
                    f"{r['large_forwards_per_token']:.3f} | {r['requests_per_token']:.3f} | "
                    f"{wall} | {r['client']['seconds']:.1f} | {' | '.join(cells)} |")  # fmt: skip
     out += ["", "| router | round trip, ms | examples (paired with 0 ms) | added decoding, s [95% "
-            "CI] | cost model's network term, s | added per large forward pass, ms [95% CI] |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
+            "CI] | cost model's network term, s | added per large forward pass, ms [95% CI] | "
+            "small's passes, × 0 ms run | added per large pass, drift-adjusted, ms [95% CI] |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         if "paired" not in r:
             continue
         d = r["paired"]
         lo, hi = d["added_decode_ci_s"]
         plo, phi = d["added_per_large_forward_ci_ms"]
+        alo, ahi = d["adjusted_per_large_forward_ci_ms"]
         out.append(f"| {r['router']} | {1000 * r['rtt_s']:g} | {d['examples']} | "
                    f"{d['added_decode_s']:.1f} [{lo:.1f}, {hi:.1f}] | "
                    f"{r['cost_model_network_s']:.1f} | {d['added_per_large_forward_ms']:.2f} "
-                   f"[{plo:.2f}, {phi:.2f}] |")  # fmt: skip
+                   f"[{plo:.2f}, {phi:.2f}] | {d['small_drift']:.3f} | "
+                   f"{d['adjusted_per_large_forward_ms']:.2f} [{alo:.2f}, {ahi:.2f}] |")  # fmt: skip
     return "\n".join(out)
 
 

@@ -98,3 +98,22 @@ def test_paired_added_compares_each_example_with_itself_at_0_ms():
     lo, hi = d["added_per_large_forward_ci_ms"]
     assert lo == pytest.approx(10.0) and hi == pytest.approx(10.0)  # the same for every example
     assert d["added_decode_ci_s"] == pytest.approx([1.0, 1.0])
+    assert d["small_drift"] == pytest.approx(1.0)
+    assert d["adjusted_per_large_forward_ms"] == pytest.approx(10.0)
+
+
+def test_paired_added_scales_the_machine_drift_out_of_large_passes():
+    base = [record("a", [1, 2], [0, 1], seconds=1.0), record("b", [3], [1], seconds=2.0)]
+    slower = copy.deepcopy(
+        base
+    )  # a machine 10% slower: both models' passes, plus 20 ms a round trip
+    for r in slower:
+        f = r["generation"]["forwards"]
+        f["seconds"] = [1.1 * s + (0.02 if m == "large" else 0) for m, s in
+                        zip(f["model"], f["seconds"], strict=True)]  # fmt: skip
+    d = paired_added(base, slower)
+    assert d["small_drift"] == pytest.approx(1.1)
+    assert d["added_per_large_forward_ms"] == pytest.approx(170.0)  # 10% of 1.5 s a pass, + 20
+    assert d["adjusted_per_large_forward_ms"] == pytest.approx(20.0)
+    lo, hi = d["adjusted_per_large_forward_ci_ms"]
+    assert lo == pytest.approx(20.0) and hi == pytest.approx(20.0)

@@ -104,7 +104,7 @@ def bootstrap_ci(
     Example: [1, 1, 1] -> (1.0, 1.0).
     """
     x = np.asarray(values, dtype=float)
-    return _bootstrap(x.size, lambda idx: x[idx].mean(axis=1), n_boot, confidence, seed)
+    return bootstrap_statistic(x.size, lambda idx: x[idx].mean(axis=1), n_boot, confidence, seed)
 
 
 def ratio_ci(
@@ -114,13 +114,16 @@ def ratio_ci(
     pair together), e.g. tokens per second over examples; the draws are `bootstrap_ci`'s.
     Example: num [2, 2], den [1, 1] -> (2.0, 2.0)."""
     a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    return _bootstrap(a.size, lambda idx: a[idx].sum(axis=1) / b[idx].sum(axis=1), n_boot,
+    return bootstrap_statistic(a.size, lambda idx: a[idx].sum(axis=1) / b[idx].sum(axis=1), n_boot,
                       0.95, seed)  # fmt: skip
 
 
-def _bootstrap(n: int, statistic, n_boot: int, confidence: float, seed: int):
+def bootstrap_statistic(
+    n: int, statistic, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0
+):
     """The percentile interval of `statistic` over `n_boot` resamples of n items with
-    replacement (numpy PCG64 seeded with `seed`); `statistic` maps [rows, n] indices to [rows]."""
+    replacement (numpy PCG64 seeded with `seed`); `statistic` maps [rows, n] indices to [rows]
+    (e.g. a ratio of sums over the resampled examples, several columns of each kept together)."""
     if n == 0:
         return NAN, NAN
     rng = np.random.default_rng(seed)
