@@ -134,6 +134,25 @@ def test_submit_puts_the_router_among_the_published_rows(edition, tmp_path, caps
         assert len(m["sessions"]) == count
 
 
+def test_a_submission_inside_a_checkout_resumes_from_another_copy_of_it(
+    edition, tmp_path, monkeypatch, capsys
+):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    monkeypatch.chdir(first)
+    assert main(submit_argv(edition, "results/sub")) == 0
+    shutil.copytree(first / "results", second / "results")  # the folder, committed and cloned
+    monkeypatch.chdir(second)
+    capsys.readouterr()
+    assert main(submit_argv(edition, "results/sub")) == 0  # resumed: same identity, nothing new
+    assert "calibration.json: reused" in capsys.readouterr().err
+    for m in (second / "results" / "sub" / "runs").glob("*/manifest.json"):
+        manifest = json.loads(m.read_text())
+        assert len(manifest["sessions"]) == 1
+        if "calibration" in manifest["router_args"]:
+            assert manifest["router_args"]["calibration"] == "results/sub/calibration.json"
+
+
 @pytest.mark.parametrize(
     "extra, said",
     [

@@ -202,7 +202,7 @@ class Submission:
                                   records=self.args.calib_records, checkpoint=None,
                                   router_arg=[_kv(k, v) for k, v in fixed.items()])  # fmt: skip
             self.calibrate(args, self.engine)
-        return {**fixed, "calibration": str(path.resolve())}
+        return {**fixed, "calibration": _recorded(path)}
 
     def run(self, router: str, router_args: dict, folder: Path, limit: int) -> Path:
         """One `hybridbench run` into `folder` (resumed if it exists) on the shared engine."""
@@ -397,3 +397,14 @@ def write_section(out: Path, report: Path, ed: Edition, tables: list[Table], not
     page = report.read_text()
     at = page.find("</h1>") + len("</h1>") if "</h1>" in page else page.find("<body>") + 6
     report.write_text(page[:at] + "\n" + "\n".join(body) + page[at:])
+
+
+def _recorded(path: Path) -> str:
+    """`path` as the runs record it (a run's identity): relative to the working directory when
+    beneath it, so a submission inside a checkout resumes from another checkout of it (the same
+    `--out`, run from its root), else absolute."""
+    full = path.resolve()
+    try:
+        return str(full.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(full)
