@@ -257,17 +257,15 @@ def summarize(rows: list[dict], out: Path) -> dict:
     by = {(r["router"], r["condition"]): r for r in rows}
     for r in rows:
         ref = read_records(out / r["router"] / "free-0ms")
-        r["check"] = check(ref, read_records(out / r["router"] / r["condition"]), r["expected_n"])
+        mine = read_records(out / r["router"] / r["condition"])
+        r["check"] = check(ref, mine, r["expected_n"])
         base = by.get((r["router"], "free-0ms"))
         if r["condition"].startswith("free") and base and r["rtt_s"] > 0:
             r["added_wall_s"] = r["wall_s"] - base["wall_s"]
             r["cost_model_network_s"] = r["large_forwards"] * r["rtt_s"]
             r["requests_times_rtt_s"] = r["client"]["requests"] * r["rtt_s"]
             r["added_http_s"] = r["client"]["seconds"] - base["client"]["seconds"]
-            r["paired"] = paired_added(
-                read_records(out / r["router"] / "free-0ms"),
-                read_records(out / r["router"] / r["condition"]),
-            )
+            r["paired"] = paired_added(ref, mine)
     result = {"rows": rows, "fault_rates": dict(FAULT_RATES), "timeout_s": TIMEOUT_S}
     (out / "cloud-link.json").write_text(json.dumps(result, indent=1))
     return result

@@ -26,6 +26,7 @@ from reports.text import (
     MATCH,
     constant_args,
     constants_note,
+    diff_cell,
     nearest_share,
     num,
     pct,
@@ -188,7 +189,7 @@ def pair(r, controls: pd.DataFrame, task: TaskRuns) -> Pairing:
         c["router"] if setting == "—" else f"{c['router']} {setting}",
         num(c["large_token_share"]) + ("" if matched else " (not matched)"),
         d["n"],
-        f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["n"] else "—",
+        diff_cell(d),
         verdict(d),
     )
 

@@ -29,6 +29,11 @@ def nearest_share(pool, share: float) -> tuple[object, float]:
     return gap.idxmin(), float(gap.min())
 
 
+def diff_cell(d: Mapping) -> str:
+    """A paired difference and its 95% interval, '+0.050 [+0.010, +0.090]'; '—' when n is 0."""
+    return f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["n"] else "—"
+
+
 def verdict(d: Mapping) -> str:
     """A paired difference's verdict from its 95% interval: better, worse or no difference."""
     if not d["n"]:

@@ -49,7 +49,7 @@ from reports import load_runs, write_report
 from reports.load import read_records, run_dirs
 from reports.render import html_table, md_table
 from reports.tables import ENDS, Table, control_of
-from reports.text import MATCH, nearest_share, quality_cell, verdict
+from reports.text import MATCH, diff_cell, nearest_share, quality_cell, verdict
 from routers import get_router, parse_args, router_class, router_entry
 from routers.score import ScoreRouter
 from tasks import get_task, task_ref
@@ -316,10 +316,6 @@ def submit(args, calibrate: Calibrate) -> int:
     return 0
 
 
-def _diff(d: dict) -> str:
-    return f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["n"] else "—"
-
-
 def verdict_tables(board: Path, router: str) -> list[Table]:
     """The new rows against their matched control and against the published routers at the
     same share (within MATCH), each paired on the examples both scored."""
@@ -340,7 +336,7 @@ def verdict_tables(board: Path, router: str) -> list[Table]:
             d = paired_difference(records[r["path"]], records[c["path"]], r["metric"])
             matched = "" if gap <= MATCH else " (not matched)"
             control_rows.append((*me, quality_cell(r), f"{c['router']} {c['setting']}".strip(),
-                                 f"{c['large_token_share']:.3f}{matched}", str(d["n"]), _diff(d),
+                                 f"{c['large_token_share']:.3f}{matched}", str(d["n"]), diff_cell(d),
                                  verdict(d)))  # fmt: skip
         near = rivals[(rivals["large_token_share"] - r["large_token_share"]).abs() <= MATCH]
         near = near.sort_values(["quality", "run"], ascending=[False, True])
@@ -350,7 +346,7 @@ def verdict_tables(board: Path, router: str) -> list[Table]:
         for i, (_, b) in enumerate(near.iterrows()):
             d = paired_difference(records[r["path"]], records[b["path"]], r["metric"])
             cells = (f"{b['router']} {b['setting']}".strip(), f"{b['large_token_share']:.3f}",
-                     quality_cell(b), str(d["n"]), _diff(d), verdict(d))  # fmt: skip
+                     quality_cell(b), str(d["n"]), diff_cell(d), verdict(d))  # fmt: skip
             if i == 0:
                 best_rows.append((*me, quality_cell(r), *cells))
             every_rows.append((*me, *cells))
