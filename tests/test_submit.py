@@ -7,6 +7,7 @@ models), made before anything is decoded."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -103,6 +104,8 @@ def test_submit_puts_the_router_among_the_published_rows(edition, tmp_path, caps
     # the board links the edition's runs and the new ones; the report shows both
     board = sorted(p.name for p in (out / "board").iterdir())
     assert {f"{NEW}{n}" for n in runs} <= set(board) and "entropy__target_share=0.2" in board
+    links = [p for p in (out / "board").rglob("*") if p.is_symlink()]
+    assert links and all(not os.path.isabs(os.readlink(p)) and p.is_dir() for p in links)
     md = (out / "report" / "leaderboard.md").read_text()
     assert "## Submission" in md and MARGIN in md and "entropy" in md
     assert "<h2>Submission</h2>" in (out / "report" / "leaderboard.html").read_text()

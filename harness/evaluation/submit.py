@@ -257,17 +257,24 @@ class Submission:
         return self.run("large", {}, folder, self.args.anchor_limit)
 
     def board(self, rows: list[Path]) -> Path:
-        """OUT/board: links to the edition's run folders and anchors, and to the new runs."""
+        """OUT/board: links to the edition's run folders and anchors, and to the new runs,
+        relative, so that the folder stays whole when the checkout holding it moves."""
         board = self.out / "board"
         shutil.rmtree(board, ignore_errors=True)
         (board / "anchors").mkdir(parents=True)
         for d in run_dirs(self.ed.folder):
-            os.symlink(d.resolve(), board / d.name)
+            _link(d, board / d.name)
         for d in [*_runs_in(self.ed.folder / "anchors"), *_runs_in(self.out / "anchors")]:
-            os.symlink(d.resolve(), board / "anchors" / d.name)
+            _link(d, board / "anchors" / d.name)
         for d in rows:
-            os.symlink(d.resolve(), board / f"{NEW}{d.name}")
+            _link(d, board / f"{NEW}{d.name}")
         return board
+
+
+def _link(target: Path, link: Path) -> None:
+    """A symbolic link at `link` to `target`, by a path relative to the link's folder."""
+    here = link.parent.resolve()
+    os.symlink(os.path.relpath(target.resolve(), here), link)
 
 
 def _runs_in(folder: Path) -> list[Path]:
