@@ -222,3 +222,30 @@ def test_the_published_editions_are_readable_as_editions():
         assert ed.shares == (0.1, 0.2, 0.35) and ed.backends == {"small": "llama.cpp",
                                                                  "large": "llama.cpp"}  # fmt: skip
         assert all(len(m["sha256"]) == 64 for m in ed.models.values())
+
+
+@pytest.mark.parametrize("task", ["mbpp"])
+def test_the_example_readme_quotes_its_submission(task):
+    """Each figure of the example README's submission table is the submission's own: the margin
+    row's share and quality, and each paired difference with its rival's share, as
+    results/submit-margin-TASK/submission.json has them."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "examples" / "margin-router" / "README.md").read_text()
+    section = readme.split(f"published {task} edition", 1)[1].split("\n### ", 1)[0]
+    sub = json.loads((root / "results" / f"submit-margin-{task}" / "submission.json").read_text())
+    control, best, every = sub["verdicts"]
+    pairs = {(r[2], r[4].split()[0], r[5], r[7]) for r in control["rows"]}
+    pairs |= {(r[2], r[3].split()[0], r[4], r[7]) for r in every["rows"]}
+    quality = {r[2]: r[3] for r in control["rows"]}
+    table = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| ")]
+    rivals = [c.split()[1] for c in table[0][3:]]  # "vs random (share)" -> random
+    rows = [r for r in table if r[0].strip().startswith("0.")]
+    assert len(rows) == len(sub["shares"]) == 3 and {"random", "entropy"} <= set(rivals)
+    for cells in rows:
+        share, q, *diffs = (c.strip() for c in cells[1:])
+        assert quality[share] == q
+        for rival, cell in zip(rivals, diffs, strict=True):
+            diff, theirs = cell.rsplit(" (", 1)
+            assert (share, rival, theirs.rstrip(")"), diff) in pairs, cell
