@@ -156,7 +156,13 @@ def session_totals(manifest: dict) -> dict:
 def load_runs(results_dir: str | Path) -> pd.DataFrame:
     """One row per run under `results_dir`, sorted by task, then RUN_ORDER."""
     root = Path(results_dir)
-    rows = [load_run(d, root) for d in run_dirs(root)]
+    return load_run_dirs(run_dirs(root), root)
+
+
+def load_run_dirs(dirs: list[Path], root: str | Path | None = None) -> pd.DataFrame:
+    """One row per run folder of `dirs` (named relative to `root`, else by its own name),
+    sorted as `load_runs` sorts."""
+    rows = [load_run(d, root) for d in dirs]
     if not rows:
         return pd.DataFrame(columns=list(COLUMNS))
     df = pd.DataFrame(rows)

@@ -117,13 +117,15 @@ def test_edition2_rows_calibrations_and_trained_routers(tmp_path, trained):
 
 def test_edition2_resumes_the_folders_its_published_edition_holds():
     """The spec's own folders: every row, calibration and control of the real edition is done
-    (the rows from their published copies where the working copies left the tree)."""
+    (the rows from their published copies where the working copies left the tree, or hold
+    only rows a later experiment added beside them). Its publish step is not asked: a later
+    experiment's rows in the working copy wait for that experiment's own publish step."""
     spec = experiment.load(EDITION2)
     for step in experiment.steps(spec):
         if isinstance(step, Command) and step.runs is not None:
             assert progress.is_done(step), step.label
-        if isinstance(step, Controls | Publish) or (isinstance(step, Command) and step.argv[0]
-                                                    == "calibrate"):  # fmt: skip
+        if isinstance(step, Controls) or (isinstance(step, Command) and step.argv[0]
+                                          == "calibrate"):  # fmt: skip
             assert progress.is_done(step), step.label
 
 
@@ -384,13 +386,11 @@ def test_aimed_runs_of_other_routers_at_the_shares_they_do_not_match():
     ]  # resumed first; 0.15 not asked again
 
 
-def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
-    """A `controls = [...]` step runs other routers aimed by a setting at the shares of the rows
-    they do not match, with their [routers] arguments; a `compare = [...]` step writes a paired
-    verdict per matched pair (compare's status 1, the run flagged, is a verdict), then is done."""
+def _demo_task_folder(folder: Path) -> Path:
+    """The demo's runs of one task (12 examples each), its two reward runs made by target share
+    (0.2 and 0.5), every run complete."""
     from reports.demo import write_demo_results
 
-    folder = tmp_path / "out" / "gsm8k"
     write_demo_results(folder, n_examples=12)
     for name, share in (("reward_threshold1", 0.2), ("reward_threshold2", 0.5)):
         manifest = json.loads((folder / name / "manifest.json").read_text())
@@ -399,6 +399,14 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
     summary = json.loads((folder / "random_rate0.25" / "summary.json").read_text())
     summary["n_failed"] = 0  # every run holds the same 12 examples: none left to resume
     (folder / "random_rate0.25" / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
+    """A `controls = [...]` step runs other routers aimed by a setting at the shares of the rows
+    they do not match, with their [routers] arguments; a `compare = [...]` step writes a paired
+    verdict per matched pair (compare's status 1, the run flagged, is a verdict), then is done."""
+    folder = _demo_task_folder(tmp_path / "out" / "gsm8k")
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(
         f'[experiment]\nout = "{tmp_path / "out"}"\n[tasks]\ngsm8k = {{ n = 12 }}\n'
@@ -430,6 +438,33 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
         progress.status(verdicts)[0]
         == "done, 1 of 1 matched pairs compared (5 with no row within 0.02)"
     )
+
+
+def test_a_working_copy_with_new_rows_is_read_with_its_published_copy(tmp_path):
+    """A committed working copy holding only the rows a later experiment added (the rest left
+    the tree for the published edition) is read with the published runs it lacks: the runs a
+    new row needs beside it are judged against the published ones, not missed."""
+    published = _demo_task_folder(tmp_path / "pub" / "gsm8k")
+    work = tmp_path / "out" / "gsm8k"
+    work.mkdir(parents=True)
+    new_row = next(d.name for d in published.iterdir() if d.name.startswith("speculative"))
+    shutil.move(published / new_row, work / new_row)
+    spec = (
+        f'[experiment]\nout = "{tmp_path / "out"}"\n[tasks]\ngsm8k = {{ n = 12 }}\n'
+        '[routers]\nreward = { checkpoint = "reward.pt" }\n'
+        '[[steps]]\nafter_rows = true\nname = "reward at speculative\'s share"\n'
+        'controls = ["reward"]\nrouters = ["speculative"]\nsetting = "target_share"\n'
+    )  # fmt: skip
+    (tmp_path / "spec.toml").write_text(spec + f'[publish]\nto = "{tmp_path / "pub"}"\n')
+    (tmp_path / "alone.toml").write_text(spec)
+    (aimed,) = experiment.steps(experiment.load(tmp_path / "spec.toml"))
+    held = {d.name: d for d in progress.task_runs(work, published)}
+    assert held[new_row].parent == work and held["reward_threshold1"].parent == published
+    # speculative 0.339, between reward's 0.174 (0.2) and 0.523 (0.5), both published
+    assert progress.control_needs(aimed) == [("reward", 0.342)]
+    (alone,) = experiment.steps(experiment.load(tmp_path / "alone.toml"))
+    # the working copy alone knows no reward run: it would aim blind, at the share itself
+    assert progress.control_needs(alone) == [("reward", 0.339)]
 
 
 def test_run_adds_the_rows_of_a_checkpoint_a_step_trained(tmp_path):

@@ -46,7 +46,6 @@ from harness.evaluation.progress import (
     control_needs,
     is_done,
     status,
-    task_folder,
     verdict_pairs,
 )
 from reports.publish import restore
@@ -129,7 +128,7 @@ def perform(step: Step, execute: Execute, lock: str | None, say) -> int:
         )
     if isinstance(step, Controls):
         for round_ in range(1, step.rounds + 1):
-            needs = control_needs(step, step.folder)
+            needs = control_needs(step)
             if needs is None:
                 say(f"   {step.folder}: no rows to pair yet")
                 return 1
@@ -167,7 +166,7 @@ def perform(step: Step, execute: Execute, lock: str | None, say) -> int:
 def _verdicts(step: Verdicts, execute: Execute, say) -> int:
     """Compare each matched pair not compared yet; a verdict that flags the run (compare's exit
     status 1: worse than the other, or slower) is an answer here, not a failure."""
-    pairs = verdict_pairs(step, step.folder)
+    pairs = verdict_pairs(step)
     if pairs is None:
         say(f"   {step.folder}: no run of {', '.join(step.routers)} yet")
         return 1
@@ -260,7 +259,7 @@ def plan(spec: Spec) -> list[str]:
             folder = anchor_folder(step.task_folder, step.n, step.published)
             out.append(command_line((*step.argv, "--out", str(folder))))
         elif isinstance(step, Controls):
-            needs = control_needs(step, task_folder(step.folder, step.published)) or []
+            needs = control_needs(step) or []
             out += [command_line(step.command(control, p)) for control, p in needs]
             if step.setting == "p":
                 out.append(
@@ -273,7 +272,7 @@ def plan(spec: Spec) -> list[str]:
                            f"aimed at each {', '.join(routers)} row's share none of their rows "
                            f"matches, up to {step.rounds} rounds")  # fmt: skip
         elif isinstance(step, Verdicts):
-            pairs = verdict_pairs(step, task_folder(step.folder, step.published)) or []
+            pairs = verdict_pairs(step) or []
             out += [command_line(step.command(r, o)) for r, _, o in pairs
                     if o and not step.verdict(r, o).is_file()]  # fmt: skip
             out.append(f"#   once the rows are done: each {', '.join(step.routers)} run against "

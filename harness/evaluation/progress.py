@@ -31,7 +31,7 @@ from harness.evaluation.experiment import (
 from harness.evaluation.runner import load_records
 from harness.metrics.machines import by_machine, session_machines
 from harness.metrics.quality import throughput
-from reports.load import ANCHORS, load_runs
+from reports.load import ANCHORS, load_run_dirs, run_dirs
 from reports.publish import is_published
 from reports.text import MATCH, nearest_share
 from routers import parse_args
@@ -100,25 +100,34 @@ def run_states(runs: Runs) -> list[RunState]:
     return [run_state(f, want, runs.published and runs.published / f.name) for f in runs.folders]
 
 
-def task_folder(folder: Path, published: Path | None) -> Path:
-    """The folder that holds a task's runs: its working copy, else its published copy."""
-    if published is not None and published.is_dir() and not _has_runs(folder):
-        return published
-    return folder
+def task_runs(folder: Path, published: Path | None = None) -> list[Path]:
+    """A task's run folders: its working copy's, and its published copy's that the working copy
+    lacks. A working copy holds what was run since publishing (a later experiment's rows beside
+    the edition's) until a step that runs restores the published ones into it."""
+    own = _runs_in(folder)
+    names = {d.name for d in own}
+    extra = [d for d in _runs_in(published) if d.name not in names] if published else []
+    return sorted(own + extra, key=lambda d: d.name)
 
 
-def _has_runs(folder: Path) -> bool:
-    return folder.is_dir() and any((d / "manifest.json").is_file() for d in folder.iterdir())
+def _runs_in(folder: Path) -> list[Path]:
+    return run_dirs(folder) if folder.is_dir() else []
+
+
+def _frame(folder: Path, published: Path | None):
+    """load_runs's rows for `task_runs`; None when the task has no run yet."""
+    dirs = task_runs(folder, published)
+    return load_run_dirs(dirs) if dirs else None
 
 
 def anchor_folder(folder: Path, n: int, published: Path | None = None) -> Path | None:
     """Where this machine's speed anchor goes when it needs one: when rows of the task were
     decoded here and large-only on fewer than `n` of its examples (speed ratios are taken within
     one machine, harness/metrics/machines.py); None when it needs none."""
-    here, held = machine_id(), task_folder(folder, published)
+    here = machine_id()
     manifests = {"here": {"sessions": [{"machine": {"id": here}}]}}
-    for run in sorted(held.glob("*/manifest.json")) if held.is_dir() else []:
-        manifests[run.parent.name] = json.loads(run.read_text(encoding="utf-8"))
+    for run in task_runs(folder, published):
+        manifests[run.name] = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     labels = session_machines(manifests)
     mine = labels["here"][0]
     if not any(mine in machines for name, machines in labels.items() if name != "here"):
@@ -129,13 +138,12 @@ def anchor_folder(folder: Path, n: int, published: Path | None = None) -> Path |
     return folder / ANCHORS / here
 
 
-def control_needs(step: Controls, folder: Path) -> list[tuple[str, float]] | None:
-    """[(control, value of its setting)] for the control runs `step` still needs in `folder`;
-    None while a router it pairs has no run there (its rows come first)."""
-    if not _has_runs(folder):
-        return None
-    df = load_runs(folder)
-    if not {r for rs in step.pairs.values() for r in rs} <= set(df.router):
+def control_needs(step: Controls) -> list[tuple[str, float]] | None:
+    """[(control, value of its setting)] for the control runs `step` still needs among its
+    task's runs (`task_runs`); None while a router it pairs has no run there (its rows come
+    first)."""
+    df = _frame(step.folder, step.published)
+    if df is None or not {r for rs in step.pairs.values() for r in rs} <= set(df.router):
         return None
     if step.setting == "p":
         return matched.needed(df, dict(step.pairs))
@@ -165,10 +173,11 @@ def aimed(df, pairs, key: str) -> list[tuple[str, float]]:
     return out
 
 
-def verdict_pairs(step: Verdicts, folder: Path) -> list[tuple[str, str, str]] | None:
+def verdict_pairs(step: Verdicts) -> list[tuple[str, str, str]] | None:
     """(run, router of `against`, that router's run nearest the run's share, '' when none is
-    within MATCH) per run of `step.routers` in `folder`; None while they have no run there."""
-    df = load_runs(folder) if _has_runs(folder) else None
+    within MATCH) per run of `step.routers` among its task's runs (`task_runs`); None while
+    they have no run there."""
+    df = _frame(step.folder, step.published)
     rows = df[df.router.isin(step.routers)] if df is not None else []
     if not len(rows):
         return None
@@ -214,9 +223,9 @@ def is_done(step: Step) -> bool:
         folder = anchor_folder(step.task_folder, step.n, step.published)
         return folder is None or _anchor_state(step, folder).done >= step.n
     if isinstance(step, Controls):
-        return control_needs(step, task_folder(step.folder, step.published)) == []
+        return control_needs(step) == []
     if isinstance(step, Verdicts):
-        pairs = verdict_pairs(step, task_folder(step.folder, step.published))
+        pairs = verdict_pairs(step)
         return pairs is not None and all(step.verdict(r, o).is_file() for r, _, o in pairs if o)
     if isinstance(step, Select):
         return all((step.to / f).is_file() for f in step.files)
@@ -307,7 +316,7 @@ def status(step: Step) -> tuple[str, float, int]:
         text = f"done {state.done}/{step.n} into {folder}"
         return text + (f", {_hours(hours)}" if hours else ""), hours or 0.0, int(hours is None)
     if isinstance(step, Controls):
-        needs = control_needs(step, task_folder(step.folder, step.published))
+        needs = control_needs(step)
         if needs is None:
             return "after the rows", 0.0, 0
         if not needs:
@@ -315,7 +324,7 @@ def status(step: Step) -> tuple[str, float, int]:
         runs = ", ".join(f"{c} {step.setting}={p}" for c, p in needs)
         return f"to run: {runs} (then up to {step.rounds - 1} more rounds)", 0.0, len(needs)
     if isinstance(step, Verdicts):
-        pairs = verdict_pairs(step, task_folder(step.folder, step.published))
+        pairs = verdict_pairs(step)
         if pairs is None:
             return "after the rows", 0.0, 0
         both = [(r, o) for r, _, o in pairs if o]
