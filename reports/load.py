@@ -32,10 +32,13 @@ COLUMNS = ("run", "task", "router", "setting", "setting_value", "router_args", "
 RUN_ORDER = ("router", "large_token_share", "setting_value", "setting", "run")
 
 
-def run_dirs(results_dir: str | Path) -> list[Path]:
-    """Run directories: `results_dir` itself if it holds manifest.json, else its subfolders that do."""
+def run_dirs(results_dir: str | Path, missing_ok: bool = False) -> list[Path]:
+    """Run directories: `results_dir` itself if it holds manifest.json, else its subfolders that
+    do. A folder that does not exist is an error, or holds none with `missing_ok`."""
     root = Path(results_dir)
     if not root.is_dir():
+        if missing_ok:
+            return []
         raise UserError(f"results folder {str(root)!r} does not exist")
     if (root / "manifest.json").is_file():
         return [root]

@@ -458,7 +458,7 @@ def test_a_working_copy_with_new_rows_is_read_with_its_published_copy(tmp_path):
     (tmp_path / "spec.toml").write_text(spec + f'[publish]\nto = "{tmp_path / "pub"}"\n')
     (tmp_path / "alone.toml").write_text(spec)
     (aimed,) = experiment.steps(experiment.load(tmp_path / "spec.toml"))
-    held = {d.name: d for d in progress.task_runs(work, published)}
+    held = {d.name: d for d in progress.held_runs(work, published)}
     assert held[new_row].parent == work and held["reward_threshold1"].parent == published
     # speculative 0.339, between reward's 0.174 (0.2) and 0.523 (0.5), both published
     assert progress.control_needs(aimed) == [("reward", 0.342)]

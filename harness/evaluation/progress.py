@@ -100,23 +100,19 @@ def run_states(runs: Runs) -> list[RunState]:
     return [run_state(f, want, runs.published and runs.published / f.name) for f in runs.folders]
 
 
-def task_runs(folder: Path, published: Path | None = None) -> list[Path]:
+def held_runs(folder: Path, published: Path | None = None) -> list[Path]:
     """A task's run folders: its working copy's, and its published copy's that the working copy
     lacks. A working copy holds what was run since publishing (a later experiment's rows beside
     the edition's) until a step that runs restores the published ones into it."""
-    own = _runs_in(folder)
+    own = run_dirs(folder, missing_ok=True)
     names = {d.name for d in own}
-    extra = [d for d in _runs_in(published) if d.name not in names] if published else []
-    return sorted(own + extra, key=lambda d: d.name)
-
-
-def _runs_in(folder: Path) -> list[Path]:
-    return run_dirs(folder) if folder.is_dir() else []
+    theirs = run_dirs(published, missing_ok=True) if published else []
+    return sorted(own + [d for d in theirs if d.name not in names], key=lambda d: d.name)
 
 
 def _frame(folder: Path, published: Path | None):
-    """load_runs's rows for `task_runs`; None when the task has no run yet."""
-    dirs = task_runs(folder, published)
+    """load_runs's rows for `held_runs`; None when the task has no run yet."""
+    dirs = held_runs(folder, published)
     return load_run_dirs(dirs) if dirs else None
 
 
@@ -126,7 +122,7 @@ def anchor_folder(folder: Path, n: int, published: Path | None = None) -> Path |
     one machine, harness/metrics/machines.py); None when it needs none."""
     here = machine_id()
     manifests = {"here": {"sessions": [{"machine": {"id": here}}]}}
-    for run in task_runs(folder, published):
+    for run in held_runs(folder, published):
         manifests[run.name] = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     labels = session_machines(manifests)
     mine = labels["here"][0]
@@ -140,7 +136,7 @@ def anchor_folder(folder: Path, n: int, published: Path | None = None) -> Path |
 
 def control_needs(step: Controls) -> list[tuple[str, float]] | None:
     """[(control, value of its setting)] for the control runs `step` still needs among its
-    task's runs (`task_runs`); None while a router it pairs has no run there (its rows come
+    task's runs (`held_runs`); None while a router it pairs has no run there (its rows come
     first)."""
     df = _frame(step.folder, step.published)
     if df is None or not {r for rs in step.pairs.values() for r in rs} <= set(df.router):
@@ -175,7 +171,7 @@ def aimed(df, pairs, key: str) -> list[tuple[str, float]]:
 
 def verdict_pairs(step: Verdicts) -> list[tuple[str, str, str]] | None:
     """(run, router of `against`, that router's run nearest the run's share, '' when none is
-    within MATCH) per run of `step.routers` among its task's runs (`task_runs`); None while
+    within MATCH) per run of `step.routers` among its task's runs (`held_runs`); None while
     they have no run there."""
     df = _frame(step.folder, step.published)
     rows = df[df.router.isin(step.routers)] if df is not None else []

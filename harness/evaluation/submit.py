@@ -264,7 +264,8 @@ class Submission:
         (board / "anchors").mkdir(parents=True)
         for d in run_dirs(self.ed.folder):
             _link(d, board / d.name)
-        for d in [*_runs_in(self.ed.folder / "anchors"), *_runs_in(self.out / "anchors")]:
+        for d in [*run_dirs(self.ed.folder / "anchors", missing_ok=True),
+                  *run_dirs(self.out / "anchors", missing_ok=True)]:  # fmt: skip
             _link(d, board / "anchors" / d.name)
         for d in rows:
             _link(d, board / f"{NEW}{d.name}")
@@ -275,10 +276,6 @@ def _link(target: Path, link: Path) -> None:
     """A symbolic link at `link` to `target`, by a path relative to the link's folder."""
     here = link.parent.resolve()
     os.symlink(os.path.relpath(target.resolve(), here), link)
-
-
-def _runs_in(folder: Path) -> list[Path]:
-    return run_dirs(folder) if folder.is_dir() else []
 
 
 def _share(folder: Path) -> float:
