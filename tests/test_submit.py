@@ -224,7 +224,7 @@ def test_the_published_editions_are_readable_as_editions():
         assert all(len(m["sha256"]) == 64 for m in ed.models.values())
 
 
-@pytest.mark.parametrize("task", ["mbpp"])
+@pytest.mark.parametrize("task", ["gsm8k", "mbpp"])
 def test_the_example_readme_quotes_its_submission(task):
     """Each figure of the example README's submission table is the submission's own: the margin
     row's share and quality, and each paired difference with its rival's share, as
