@@ -180,7 +180,7 @@ def anchor_runs(df: pd.DataFrame) -> pd.DataFrame:
     parent folder (large-only on a task's first examples, decoded on a machine that ran too
     little of large's own row; named by the machine's id)."""
     folders = sorted({Path(p).parent / ANCHORS for p in df.get("path", [])})
-    rows = [load_run(d, f.parent) for f in folders if f.is_dir() for d in run_dirs(f)]
+    rows = [load_run(d, f.parent) for f in folders for d in run_dirs(f, missing_ok=True)]
     return pd.DataFrame(rows, columns=None if rows else list(COLUMNS))
 
 

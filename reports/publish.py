@@ -56,11 +56,9 @@ def compress(src: Path, dst: Path) -> None:
 
 
 def task_runs(src: Path) -> list[Path]:
-    """A task folder's run folders and speed anchors, the folders an edition publishes."""
-    runs = run_dirs(src)
-    if (src / ANCHORS).is_dir():  # large-only on another machine: the speed ratios' denominators
-        runs += run_dirs(src / ANCHORS)
-    return runs
+    """A task folder's run folders and speed anchors (large-only on another machine: the speed
+    ratios' denominators), the folders an edition publishes."""
+    return run_dirs(src) + run_dirs(src / ANCHORS, missing_ok=True)
 
 
 def publish_task(src: Path, dest: Path) -> list[str]:
@@ -94,9 +92,9 @@ def is_published(src: Path, dest: Path) -> bool:
     """Whether `dest` holds every run of the task folder `src` as it stands: each run's
     summary.json the same bytes (a run that grew or changed has a new summary). A task whose
     working copies left the tree once published (only `dest` holds runs) is published."""
-    runs = task_runs(src) if src.is_dir() and run_dirs(src) else []
+    runs = task_runs(src) if run_dirs(src, missing_ok=True) else []
     if not runs:
-        return dest.is_dir() and bool(run_dirs(dest))
+        return bool(run_dirs(dest, missing_ok=True))
     return all(
         (dest / r.relative_to(src) / "summary.json").is_file()
         and (dest / r.relative_to(src) / "summary.json").read_bytes()
@@ -110,7 +108,7 @@ def restore(dest: Path, src: Path) -> list[Path]:
     """Copy the runs of a published task folder `dest` that the task folder `src` lacks back
     into it (manifest.json, summary.json, records.jsonl.gz: a run resumes from them, and answers
     are reused from them); return the run folders restored."""
-    if not dest.is_dir() or not run_dirs(dest):
+    if not run_dirs(dest, missing_ok=True):
         return []
     restored = []
     for run in task_runs(dest):
