@@ -35,3 +35,34 @@ def test_bench_gpu_tiny_runs_every_section(tmp_path, capsys):
         assert shares["small-only"] == 0 and shares["large-only"] == 1
     assert isinstance(result["entropy_threshold"], float) and "memory_B3" in result
     assert "| core hf | 3 | random p=0.2 |" in capsys.readouterr().out
+
+
+def test_bench_gpu_runs_only_the_sections_asked_for(tmp_path):
+    out = tmp_path / "bench.json"
+    argv = ["bench-gpu", "--tiny", "--device", "cpu", "--out", str(out), "--threads", "1"]
+    assert main([*argv, "--batches", "2", "--new-tokens", "2", "--sections", "core"]) == 0
+    result = json.loads(out.read_text())
+    assert result["settings"]["sections"] == ["core"]
+    assert {r["setting"] for r in result["rows"]} == {"core hf"}
+    assert {r["B"] for r in result["rows"]} == {2}
+
+
+def test_bench_gpu_refuses_an_unknown_section(tmp_path, capsys):
+    argv = ["bench-gpu", "--tiny", "--device", "cpu", "--out", str(tmp_path / "b.json")]
+    assert main([*argv, "--sections", "core,warp"]) == 2
+    assert (
+        "--sections: warp; choose from generate, core, llama.cpp, seeds" in capsys.readouterr().err
+    )
+
+
+def test_the_gpu_tables_in_the_speed_doc_are_made_from_their_json():
+    from pathlib import Path
+
+    from harness.evaluation.gpu_bench import table
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "speed.md").read_text()
+    for name in ("bench-gpu-h100.json", "bench-gpu-h100-core.json"):
+        result = json.loads((root / "docs" / "data" / name).read_text())
+        assert f"(data/{name})" in doc
+        assert table(result) in doc

@@ -411,6 +411,9 @@ class HFBackend(HFSequence):
     def _resize(self, slots: int, capacity: int) -> None:
         self.kv = self.kv.resized(slots, capacity)
         self.graphs.clear()  # captured over the old buffers
+        # with its last graph gone, PyTorch releases their memory pool: a capture into that
+        # pool's handle again fails ("use_count > 0"), so the next capture takes a new one
+        self._pool = None
 
     def kv_nbytes(self) -> int:
         """Bytes the slots' KV cache holds (0 before the first pass)."""

@@ -24,6 +24,11 @@ def configure(p) -> None:
     p.add_argument("--batches", default=None, help="core batch sizes (default 1,16,64)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of small")
     p.add_argument("--budget-s", type=float, default=420.0, help="start no section after this")
+    p.add_argument(
+        "--sections",
+        default=",".join(gpu_bench.SECTIONS),
+        help=f"which to run, comma-separated (default all: {','.join(gpu_bench.SECTIONS)})",
+    )
 
 
 def run(args) -> int:
@@ -39,6 +44,13 @@ def run(args) -> int:
         return value if value is not None else (small if tiny else default)
 
     batches = args.batches or ("1,2,4" if tiny else "1,16,64")
+    sections = tuple(x.strip() for x in args.sections.split(",") if x.strip())
+    unknown = sorted(set(sections) - set(gpu_bench.SECTIONS))
+    if unknown or not sections:
+        raise UserError(
+            f"--sections: {', '.join(unknown) or 'none given'}; "
+            f"choose from {', '.join(gpu_bench.SECTIONS)}"
+        )
     s = gpu_bench.Settings(
         device=device,
         dtype=torch.float32 if tiny else torch.bfloat16,
@@ -50,6 +62,7 @@ def run(args) -> int:
         seeds_tokens=pick(args.seeds_tokens, 64, 4),
         threads=max(1, args.threads or 1),
         budget_s=args.budget_s,
+        sections=tuple(x for x in gpu_bench.SECTIONS if x in sections),
     )
     shapes, common = (
         (random_pair.TINY_SHAPES, random_pair.TINY_COMMON)

@@ -29,7 +29,8 @@ Entropy's threshold is the 80th percentile of small's entropies on a short small
 models would defer everything or nothing); it is fixed for the whole run and written in the JSON.
 Memory: peak GPU memory allocated during the B = 64 rows, and the bytes of each model's KV cache.
 Sections stop being started once --budget-s seconds have passed (the JSON says which were
-skipped), so a run ends near its budget on any machine.
+skipped), so a run ends near its budget on any machine; --sections runs only some of them
+(generate, core, llama.cpp, seeds).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ ROUTERS = (  # (row, router, arguments); entropy's threshold is set per run
     ("speculative k=4", "speculative", {"k": 4}),
 )
 HYBRID = ("random p=0.2", "entropy")  # rows the cost model predicts
+SECTIONS = ("generate", "core", "llama.cpp", "seeds")  # what one run can measure, in order
 ENTROPY_QUANTILE = 0.8  # entropy defers the top 20% of small's entropies
 
 
@@ -86,6 +88,7 @@ class Settings:
     threads: int  # CPU threads for the seeds' setting's small model
     budget_s: float  # no section starts after this many seconds
     seed: int = 0
+    sections: tuple[str, ...] = SECTIONS  # the sections run (SECTIONS' order)
 
 
 @dataclass
@@ -348,16 +351,18 @@ def bench(s: Settings, configs: dict, out: Path | None) -> dict:
     n_ctx = s.prompt_tokens + max(s.new_tokens, s.seeds_tokens) + 16
     models = {role: random_model(configs[role], s.device, s.dtype, s.seed + i)
               for i, role in enumerate(("small", "large"))}  # fmt: skip
-    print("transformers generate ...", flush=True)
-    result["rows"] += hf_generate_rows(models["large"], s, budget)
-    save()
+    if "generate" in s.sections:
+        print("transformers generate ...", flush=True)
+        result["rows"] += hf_generate_rows(models["large"], s, budget)
+        save()
     hf = {role: hf_backend(m, role, n_ctx) for role, m in models.items()}
     result["batch_numerics"] = {role: batch_numerics(b) for role, b in hf.items()}
     threshold = entropy_threshold(hf, s)
     result["entropy_threshold"] = threshold
-    print("core, transformers backend ...", flush=True)
-    with _peak_memory(result, s, hf):
-        result["rows"] += core_rows(hf, s, s.new_tokens, threshold, "core hf", budget)
+    if "core" in s.sections:
+        print("core, transformers backend ...", flush=True)
+        with _peak_memory(result, s, hf):
+            result["rows"] += core_rows(hf, s, s.new_tokens, threshold, "core hf", budget)
     result["graphs"] = {  # decode steps captured as CUDA graphs, and any that fell back
         role: {"step": b.step, "captured": sum(g is not None for g in b.graphs.values()),
                "failures": b.graph_failures}
@@ -367,7 +372,7 @@ def bench(s: Settings, configs: dict, out: Path | None) -> dict:
     why = llamacpp_status(gpu)
     result["llama.cpp"] = why or "available"
     folder = Path(tempfile.mkdtemp(prefix="hybridbench-gpu-"))
-    if not why and budget.allows("core llama.cpp"):
+    if not why and "llama.cpp" in s.sections and budget.allows("core llama.cpp"):
         print("core, llama.cpp backend ...", flush=True)
         files = {r: gguf_of(m, folder, r, s.threads, quantize=True) for r, m in models.items()}
         devices = {"small": s.device, "large": s.device}
@@ -375,7 +380,7 @@ def bench(s: Settings, configs: dict, out: Path | None) -> dict:
         label = f"core llama.cpp ({_quant(files['large'])})"
         result["rows"] += core_rows(lc, s, s.new_tokens, threshold, label, budget)
         save()
-    if budget.allows("seeds' setting"):
+    if "seeds" in s.sections and budget.allows("seeds' setting"):
         print("seeds' setting: small on the CPU, large on the GPU ...", flush=True)
         result["rows"] += seeds_rows(configs, models["large"], s, folder, threshold, n_ctx, budget)
     save()
