@@ -438,6 +438,25 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
         progress.status(verdicts)[0]
         == "done, 1 of 1 matched pairs compared (5 with no row within 0.02)"
     )
+    # `experiment verdicts`: the pair's difference and interval from its JSON, the others said
+    v = json.loads(
+        (tmp_path / "verdicts" / "reward_threshold1--vs--random_rate0.25.json").read_text()
+    )
+    table = progress.verdict_table(verdicts)
+    compared = [line for line in table if "random_rate0.25 |" in line]
+    lo, hi = v["diff_ci"]
+    assert compared == [
+        f"| reward_threshold1 | 0.200 | random_rate0.25 | 0.208 | {v['metric']} (n = 12) | "
+        f"{v['quality_new']:.3f} | {v['quality_old']:.3f} | "
+        f"{v['quality_new'] - v['quality_old']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
+        + ("better" if lo > 0 else "worse" if hi < 0 else "no difference")
+        + " |"
+    ]
+    assert sum("no run within 0.02" in line for line in table) == 5
+    out = tmp_path / "verdicts.md"
+    argv = ["experiment", "verdicts", str(spec_file), "--md", str(out)]
+    assert main(argv) == 0
+    assert compared[0] in out.read_text().splitlines()
 
 
 def test_a_working_copy_with_new_rows_is_read_with_its_published_copy(tmp_path):

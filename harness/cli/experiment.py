@@ -5,6 +5,7 @@ one resumable command (docs/experiments.md).
     nohup hybridbench experiment run experiments/edition2.toml \\
         --lock /tmp/hybridbench-heavy.lock >> experiment.log 2>&1 &
     hybridbench experiment status experiments/edition2.toml     # done, examples, hours left
+    hybridbench experiment verdicts experiments/learned-router.toml  # paired verdict tables
     kill -TERM PID                                               # stops cleanly; run resumes
 
 Every step is a `hybridbench` command line, run in this process by the command's own parser
@@ -35,6 +36,7 @@ def configure(p) -> None:
         ("run", "run the steps not done yet (resumable; Ctrl-C or SIGTERM stops cleanly)"),
         ("status", "per step: done, examples done of target, hours left at measured rates"),
         ("plan", "print the command lines it would run now; nothing runs"),
+        ("verdicts", "the verdict steps' paired differences, as markdown tables"),
     ):
         q = sub.add_parser(action, help=help_, description=help_)
         q.add_argument("spec", help="experiment spec, e.g. experiments/edition2.toml")
@@ -53,6 +55,8 @@ def configure(p) -> None:
             help="change one value of the spec, e.g. models.small=PATH, vars.trained=DIR, "
             "anchors.n=5 (VALUE read as TOML, else as text), repeatable",
         )
+        if action == "verdicts":
+            q.add_argument("--md", default=None, metavar="FILE", help="also write them here")
         if action == "run":
             q.add_argument(
                 "--lock",
@@ -74,6 +78,12 @@ def run(args) -> int:
     spec = experiment.load(args.spec, args.set, args.out, args.n, tasks)
     if args.action == "status":
         print("\n".join(experiment_run.report(spec)))
+        return 0
+    if args.action == "verdicts":
+        text = "\n".join(experiment_run.verdicts(spec))
+        print(text)
+        if args.md:
+            Path(args.md).write_text(text, encoding="utf-8")
         return 0
     if args.action == "plan":
         lines = experiment_run.plan(spec)

@@ -3,6 +3,7 @@
     run(spec, execute, lock="/tmp/hybridbench-heavy.lock")   # `hybridbench experiment run`
     plan(spec)     # the command lines it would run now, nothing runs (`experiment plan`)
     report(spec)   # per step: done, examples done of target, hours left (`experiment status`)
+    verdicts(spec) # the verdict steps' paired differences as tables (`experiment verdicts`)
 
 A step its folders say is done is skipped without loading anything; any other is handed to
 `execute` (the command line's runner of one `hybridbench` command line), and the run folders it
@@ -47,6 +48,7 @@ from harness.evaluation.progress import (
     is_done,
     status,
     verdict_pairs,
+    verdict_table,
 )
 from reports.publish import restore
 
@@ -303,4 +305,15 @@ def report(spec: Spec) -> list[str]:
     left = f"; ~{hours:.1f} h left at measured rates" if hours else ""
     more = f" (+ {unknown} runs with no rate yet)" if unknown else ""
     out.append(f"{done} of {len(todo)} steps done{left}{more}")
+    return out
+
+
+def verdicts(spec: Spec) -> list[str]:
+    """Markdown: per verdict step (each task), its matched pairs with the paired difference and
+    its 95% interval (`progress.verdict_table`), from the verdicts' JSON files."""
+    out = [f"# {spec.name}: paired verdicts", ""]
+    for step in steps(spec):
+        if isinstance(step, Verdicts):
+            table = verdict_table(step)
+            out += [f"## {step.label}", "", *(table or ["(no run of its routers yet)"]), ""]
     return out

@@ -185,6 +185,40 @@ def verdict_pairs(step: Verdicts) -> list[tuple[str, str, str]] | None:
     return out
 
 
+def verdict_table(step: Verdicts) -> list[str]:
+    """The step's matched pairs as markdown table lines: each run of `step.routers` (its
+    realized share) against the nearest run of each router of `step.against`, with the paired
+    difference (run minus other) and its 95% interval from the verdict's JSON; a pair with no
+    run within MATCH, or not compared yet, says so. [] while the routers have no run."""
+    pairs = verdict_pairs(step)
+    if not pairs:
+        return []
+    df = _frame(step.folder, step.published).set_index("run")
+    out = [
+        "| run | share | against | its share | metric | run | against | difference [95% CI] | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run, router, other in pairs:
+        share = f"{df.large_token_share[run]:.3f}"
+        if not other:
+            out.append(f"| {run} | {share} | {router}: no run within {MATCH:.2f} | | | | | | |")
+            continue
+        path = step.verdict(run, other)
+        if not path.is_file():
+            out.append(f"| {run} | {share} | {other} | | not compared yet | | | | |")
+            continue
+        v = json.loads(path.read_text(encoding="utf-8"))
+        lo, hi = v["diff_ci"]
+        diff = v["quality_new"] - v["quality_old"]
+        word = "better" if lo > 0 else "worse" if hi < 0 else "no difference"
+        out.append(
+            f"| {run} | {share} | {other} | {df.large_token_share[other]:.3f} | {v['metric']} "
+            f"(n = {v['n_paired']}) | {v['quality_new']:.3f} | {v['quality_old']:.3f} | "
+            f"{diff:+.3f} [{lo:+.3f}, {hi:+.3f}] | {word} |"
+        )
+    return out
+
+
 def _anchor_state(step: Anchor, folder: Path) -> RunState:
     copy = step.published / ANCHORS / folder.name if step.published else None
     return run_state(folder, step.n, copy)
