@@ -728,3 +728,18 @@ def test_trained_routers_then_edition2_rehearsal_on_the_tiny_pair(tmp_path, caps
     verdicts = json.loads((tmp_path / "edition2-rerun" / "mbpp" / "compare.json").read_text())
     assert len(verdicts) == 4  # the same answers: no quality change
     assert all(v["n_paired"] == 4 and v["diff_ci"] == [0.0, 0.0] for v in verdicts.values())
+
+
+def test_the_learned_router_result_pages_are_what_their_commands_write(monkeypatch):
+    """experiments/learned-router-verdicts.md and -heldout.md regenerate from the committed
+    verdicts and training folders (`hybridbench experiment verdicts ... --md`,
+    `python -m benchmarks.learned_report results/learned --md ...`)."""
+    from benchmarks import learned_report
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    spec = experiment.load("experiments/learned-router.toml")
+    verdicts = (root / "experiments" / "learned-router-verdicts.md").read_text()
+    assert verdicts == "\n".join(experiment_run.verdicts(spec))
+    heldout = (root / "experiments" / "learned-router-heldout.md").read_text()
+    assert heldout == "\n".join(learned_report.report(Path("results/learned"))) + "\n"

@@ -199,6 +199,9 @@ def verdict_table(step: Verdicts) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for run, router, other in pairs:
+        if math.isnan(df.large_token_share[run]):
+            out.append(f"| {run} | — | {router}: once the run has a share | | | | | | |")
+            continue
         share = f"{df.large_token_share[run]:.3f}"
         if not other:
             out.append(f"| {run} | {share} | {router}: no run within {MATCH:.2f} | | | | | | |")
