@@ -67,6 +67,9 @@ def publish_task(src: Path, dest: Path) -> list[str]:
     runs = task_runs(src)
     if not runs:
         raise UserError(f"{src}: no run folders to publish")
+    kept = {}  # the published device rows (measured elsewhere): kept unless src has its own
+    if (dest / DEVICE).is_dir():
+        kept = {f.name: f.read_bytes() for f in (dest / DEVICE).iterdir() if f.is_file()}
     if dest.exists():
         shutil.rmtree(dest)
     files = []
@@ -85,6 +88,10 @@ def publish_task(src: Path, dest: Path) -> list[str]:
         files += [v for k, v in args.items() if k in FILE_ARGS and names_a_file(v)]
     if (src / DEVICE).is_dir():
         shutil.copytree(src / DEVICE, dest / DEVICE)
+    for name, data in kept.items():
+        if not (dest / DEVICE / name).exists():
+            (dest / DEVICE).mkdir(parents=True, exist_ok=True)
+            (dest / DEVICE / name).write_bytes(data)
     return files
 
 

@@ -566,6 +566,10 @@ def test_publish_copies_runs_compressed_and_the_report_regenerates(tmp_path, cap
     work = tmp_path / "work"  # the working copies left the tree: published, and restorable
     assert is_published(work, dest / "demo") and len(restore(dest / "demo", work)) == 10
     assert (work / "anchors" / "machine1" / "records.jsonl.gz").is_file()
+    # published again from the restored copy (no device/ of its own): the GPU rows stay
+    shutil.copytree(dest / "demo", dest / "work")  # task "work" as published, GPU rows and all
+    assert main(["publish", str(tmp_path), str(dest), "--tasks", "work"]) == 0
+    assert (dest / "work" / "device" / "device-latency-h100.json").is_file()
     assert main(["publish", str(src.parent), str(dest), "--tasks", "nope"]) == 2
 
 

@@ -76,7 +76,7 @@ class Edition:
     models: dict  # role -> {"source", "sha256", "backend"} of its large-only row
     backends: dict  # role -> backend kind ("llama.cpp", "hf", "remote")
     dtype: str  # the transformers dtype (what an hf backend computes in)
-    shares: tuple[float, ...]  # the target shares its rows were run at
+    shares: tuple[float, ...]  # the target shares its rows were run at (by two routers or more)
 
 
 def read_edition(folder: str | Path) -> Edition:
@@ -91,8 +91,13 @@ def read_edition(folder: str | Path) -> Edition:
         values = {json.dumps(x.get(key), sort_keys=True) for x in manifests.values()}
         if len(values) > 1:
             raise UserError(f"{folder}: its runs differ in {key}; pairing needs one edition")
-    shares = {float(x["router_args"]["target_share"]) for x in manifests.values()
-              if "target_share" in (x.get("router_args") or {})}  # fmt: skip
+    routers: dict[float, set] = {}  # target share -> the routers with a row there
+    for x in manifests.values():
+        if "target_share" in (x.get("router_args") or {}):
+            routers.setdefault(float(x["router_args"]["target_share"]), set()).add(x["router"])
+    # the edition's shares: those two routers or more ran; a row aimed at another row's share
+    # (a matched control, e.g. entropy at 0.224) is one router's, and no share of the edition
+    shares = {s for s, rs in routers.items() if len(rs) > 1} or set(routers)
     if not shares:
         raise UserError(f"{folder}: no row of it ran at a target share (target_share=)")
     ids = tuple(sorted(r["example_id"] for r in read_records(large[0]) if not r.get("error")))
