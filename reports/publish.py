@@ -5,7 +5,8 @@
 For each task folder of SRC (run folders, its speed anchors `anchors/*/`, and `device/` rows
 measured on a GPU machine): DEST/<task>/ is replaced by the task's run folders and anchors
 (manifest.json, summary.json, and the records gzip-compressed with no timestamp,
-records.jsonl.gz: the readers take either), then the report is written to DEST/<task>/report/.
+records.jsonl.gz: the readers take either) and device rows (one DEST holds and SRC lacks is
+kept: GPU rows are measured elsewhere), then the report is written to DEST/<task>/report/.
 The router files the runs name (checkpoints and calibration files in their manifests' router
 arguments) are copied into DEST/routers/, listed in DEST/routers/files.json with their sha256 and
 the path the runs used. Nothing else in DEST is touched: the edition's README is written by hand
