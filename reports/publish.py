@@ -133,7 +133,8 @@ def restore(dest: Path, src: Path) -> list[Path]:
 
 def copy_router_files(names: set[str], dest: Path) -> tuple[list[str], list[str]]:
     """Copy the router files `names` into dest/routers/ as SHA12-NAME and list them in
-    dest/routers/files.json; return (copied, missing)."""
+    dest/routers/files.json beside those it lists already (other tasks' files); return (copied,
+    missing)."""
     listing, missing = {}, []
     for name in sorted(names):
         path = Path(name)
@@ -146,7 +147,11 @@ def copy_router_files(names: set[str], dest: Path) -> tuple[list[str], list[str]
         shutil.copy2(path, dest / "routers" / target)
         listing[target] = {"used_as": name, "sha256": digest}
     if listing:
-        (dest / "routers" / "files.json").write_text(json.dumps(listing, indent=1) + "\n")
+        index = dest / "routers" / "files.json"
+        listed = json.loads(index.read_text()) if index.is_file() else {}
+        listed = {k: v for k, v in listed.items() if (dest / "routers" / k).is_file()}
+        merged = dict(sorted((listed | listing).items(), key=lambda kv: kv[1]["used_as"]))
+        index.write_text(json.dumps(merged, indent=1) + "\n")
     return sorted(v["used_as"] for v in listing.values()), missing
 
 

@@ -747,3 +747,18 @@ def test_the_learned_router_result_pages_are_what_their_commands_write(monkeypat
     assert verdicts == "\n".join(experiment_run.verdicts(spec))
     heldout = (root / "experiments" / "learned-router-heldout.md").read_text()
     assert heldout == "\n".join(learned_report.report(Path("results/learned"))) + "\n"
+
+
+def test_publishing_one_task_keeps_the_router_files_other_tasks_listed(tmp_path):
+    """routers/files.json lists the files of every task published, not only the last one's."""
+    from reports.publish import copy_router_files
+
+    first, second = tmp_path / "gsm8k.json", tmp_path / "mbpp.json"
+    first.write_text("{}")
+    second.write_text("[]")
+    dest = tmp_path / "published"
+    assert copy_router_files({str(first)}, dest) == ([str(first)], [])
+    assert copy_router_files({str(second)}, dest) == ([str(second)], [])
+    listing = json.loads((dest / "routers" / "files.json").read_text())
+    assert [v["used_as"] for v in listing.values()] == [str(first), str(second)]
+    assert all((dest / "routers" / name).is_file() for name in listing)
