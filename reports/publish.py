@@ -87,12 +87,11 @@ def publish_task(src: Path, dest: Path) -> list[str]:
             shutil.copy2(run / "records.jsonl.gz", out / "records.jsonl.gz")
         args = json.loads((run / "manifest.json").read_text()).get("router_args") or {}
         files += [v for k, v in args.items() if k in FILE_ARGS and names_a_file(v)]
-    if (src / DEVICE).is_dir():
-        shutil.copytree(src / DEVICE, dest / DEVICE)
     for name, data in kept.items():
-        if not (dest / DEVICE / name).exists():
-            (dest / DEVICE).mkdir(parents=True, exist_ok=True)
-            (dest / DEVICE / name).write_bytes(data)
+        (dest / DEVICE).mkdir(parents=True, exist_ok=True)
+        (dest / DEVICE / name).write_bytes(data)
+    if (src / DEVICE).is_dir():  # src's own rows replace the published ones of the same name
+        shutil.copytree(src / DEVICE, dest / DEVICE, dirs_exist_ok=True)
     return files
 
 

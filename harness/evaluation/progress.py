@@ -33,7 +33,7 @@ from harness.metrics.machines import by_machine, session_machines
 from harness.metrics.quality import throughput
 from reports.load import ANCHORS, load_run_dirs, run_dirs
 from reports.publish import is_published
-from reports.text import MATCH, nearest_share
+from reports.text import MATCH, diff_cell, nearest_share, verdict
 from routers import parse_args
 from tasks import get_task
 
@@ -173,7 +173,11 @@ def verdict_pairs(step: Verdicts) -> list[tuple[str, str, str]] | None:
     """(run, router of `against`, that router's run nearest the run's share, '' when none is
     within MATCH) per run of `step.routers` among its task's runs (`held_runs`); None while
     they have no run there."""
-    df = _frame(step.folder, step.published)
+    return _pairs(step, _frame(step.folder, step.published))
+
+
+def _pairs(step: Verdicts, df) -> list[tuple[str, str, str]] | None:
+    """verdict_pairs over the task's runs already loaded (`_frame`'s rows, or None)."""
     rows = df[df.router.isin(step.routers)] if df is not None else []
     if not len(rows):
         return None
@@ -190,10 +194,11 @@ def verdict_table(step: Verdicts) -> list[str]:
     realized share) against the nearest run of each router of `step.against`, with the paired
     difference (run minus other) and its 95% interval from the verdict's JSON; a pair with no
     run within MATCH, or not compared yet, says so. [] while the routers have no run."""
-    pairs = verdict_pairs(step)
+    df = _frame(step.folder, step.published)
+    pairs = _pairs(step, df)
     if not pairs:
         return []
-    df = _frame(step.folder, step.published).set_index("run")
+    df = df.set_index("run")
     out = [
         "| run | share | against | its share | metric | run | against | difference [95% CI] | verdict |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -211,13 +216,12 @@ def verdict_table(step: Verdicts) -> list[str]:
             out.append(f"| {run} | {share} | {other} | | not compared yet | | | | |")
             continue
         v = json.loads(path.read_text(encoding="utf-8"))
-        lo, hi = v["diff_ci"]
-        diff = v["quality_new"] - v["quality_old"]
-        word = "better" if lo > 0 else "worse" if hi < 0 else "no difference"
+        d = {"n": v["n_paired"], "diff": v["quality_new"] - v["quality_old"],
+             "ci_low": v["diff_ci"][0], "ci_high": v["diff_ci"][1]}  # fmt: skip
         out.append(
             f"| {run} | {share} | {other} | {df.large_token_share[other]:.3f} | {v['metric']} "
             f"(n = {v['n_paired']}) | {v['quality_new']:.3f} | {v['quality_old']:.3f} | "
-            f"{diff:+.3f} [{lo:+.3f}, {hi:+.3f}] | {word} |"
+            f"{diff_cell(d)} | {verdict(d)} |"
         )
     return out
 
