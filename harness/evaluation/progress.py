@@ -350,7 +350,7 @@ def status(step: Step) -> tuple[str, float, int]:
             return "not needed on this machine (no row decoded here without large-only)", 0, 0
         state = _anchor_state(step, folder)
         hours = state.hours_left
-        text = f"done {state.done}/{step.n} into {folder}"
+        text = f"{state.done} of {step.n} examples done, into {folder}"
         return text + (f", {_hours(hours)}" if hours else ""), hours or 0.0, int(hours is None)
     if isinstance(step, Controls):
         needs = control_needs(step)
