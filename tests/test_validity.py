@@ -41,3 +41,12 @@ def test_validity_of_nothing_is_one_error_line(tmp_path, capsys):
     assert main(["validity", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no run folders") and len(err.strip().splitlines()) == 1
+
+
+def test_validity_names_a_run_by_its_task_where_its_folder_does_not(tmp_path, capsys):
+    records = [_record(0, 1.0, "eos", 1.0, 4)]
+    for task in ("gsm8k", "mbpp"):
+        _run(tmp_path / "published" / task / "small__default", records, task=task)
+    assert main(["validity", str(tmp_path / "published")]) == 0
+    out = capsys.readouterr().out
+    assert "| gsm8k/small__default | 1 |" in out and "| mbpp/small__default | 1 |" in out

@@ -3,6 +3,7 @@ completions cut at the token budget, the share with no extractable answer, mean 
 
     hybridbench validity runs/validity            # every run folder below it
     hybridbench validity runs/gsm8k-small runs/gsm8k-large --json
+    hybridbench validity reports/published/*/small__default   # a leaderboard's rows
 
 Reads only `manifest.json` and `records.jsonl` (no model, no scoring), so it also works on a run
 that is still going. Columns:
@@ -54,6 +55,12 @@ def model_of(manifest: dict) -> str:
     return DEFAULT_MODELS[router] if source == "default" else source
 
 
+def run_name(folder: Path, task: str) -> str:
+    """The folder's name, led by its task where the name does not say it
+    (`gsm8k/small__default` for a leaderboard's `reports/published/gsm8k/small__default`)."""
+    return folder.name if task in folder.name else f"{task}/{folder.name}"
+
+
 def validity(folder: Path) -> dict:
     """One row of the table for the run in `folder`."""
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -65,7 +72,7 @@ def validity(folder: Path) -> dict:
     lo, hi = quality_ci(records, metric)
     model = model_of(manifest)
     return {
-        "run": folder.name,
+        "run": run_name(folder, manifest["task"]),
         "task": manifest["task"],
         "router": manifest["router"],
         "n": n,
