@@ -342,3 +342,15 @@ def test_run_on_llamacpp_records_the_backend(tmp_path):
     # the same folder with another backend is another run: refused, not mixed
     hf = argv[: argv.index("--backend")] + ["--backend", "hf", "--dtype", "float32"]
     assert main(hf) == 2
+
+
+def test_help_lists_every_command_and_where_to_start(capsys):
+    from harness.cli.main import COMMANDS
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: hybridbench [-h] COMMAND ...")
+    assert all(f"    {name} " in out for name in COMMANDS)
+    assert "hybridbench demo" in out and "docs/routers.md" in out

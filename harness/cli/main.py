@@ -60,8 +60,14 @@ TRAINING = ("reward-data", "train-reward", "train-citer", "train-query", "calibr
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """Every command is listed; only the one named in argv imports its module (fast start-up)."""
-    parser = argparse.ArgumentParser(prog="hybridbench", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="hybridbench",
+        description="Benchmark the routers of hybrid small/large language-model inference: "
+        "which tokens the large model writes, at what quality and speed.",
+        epilog="Start with `hybridbench demo`; `hybridbench COMMAND --help` gives a command's "
+        "options. Guides: docs/usage.md (commands), docs/routers.md (your own router).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     chosen = next((a for a in argv if a in COMMANDS), None)
     for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
