@@ -26,6 +26,7 @@ from harness.cli.main import build_parser, main
 from harness.errors import UserError
 from harness.evaluation import controls, experiment, experiment_run, progress
 from harness.evaluation.experiment import (
+    Anchor,
     Command,
     Controls,
     Copy,
@@ -762,3 +763,23 @@ def test_publishing_one_task_keeps_the_router_files_other_tasks_listed(tmp_path)
     listing = json.loads((dest / "routers" / "files.json").read_text())
     assert [v["used_as"] for v in listing.values()] == [str(first), str(second)]
     assert all((dest / "routers" / name).is_file() for name in listing)
+
+
+def test_status_of_a_speed_anchor_reads_as_a_run_step(tmp_path, monkeypatch):
+    """A machine that decoded a row and no large-only needs an anchor: its status says what is
+    done and what is to go, as a run step's does, and where it goes."""
+    monkeypatch.setattr(progress, "machine_id", lambda: "m1")
+    row = tmp_path / "gsm8k" / "entropy__target_share=0.2"
+    row.mkdir(parents=True)
+    (row / "manifest.json").write_text(json.dumps({"sessions": [{"machine": {"id": "m1"}}]}))
+    step = Anchor("anchor", tmp_path / "gsm8k", 5, ("run",))
+    folder = tmp_path / "gsm8k" / "anchors" / "m1"
+    assert progress.status(step) == (
+        f"done 0/5, 5 to go (no rate measured yet), into {folder}",
+        0.0,
+        1,
+    )
+    folder.mkdir(parents=True)
+    recs = [{"example_id": f"gsm8k/test/{i}", "error": ""} for i in range(5)]
+    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert progress.status(step) == (f"done 5/5, into {folder}", 0.0, 0)

@@ -278,6 +278,15 @@ def _hours(h: float) -> str:
     return f"~{h:.1f} h"
 
 
+def _one_run(s: RunState) -> tuple[str, float, int]:
+    """('done 40/200, 160 to go, ~1.9 h at 85 examples/h', hours left, 1 when no rate yet)
+    for a run not yet done."""
+    text = f"done {s.done}/{s.target}, {s.target - s.done} to go"
+    if s.rate > 0:
+        return text + f", {_hours(s.hours_left)} at {s.rate:.0f} examples/h", s.hours_left, 0
+    return text + " (no rate measured yet)", 0.0, 1
+
+
 def runs_status(runs: Runs) -> tuple[str, float, int]:
     """('3 of 9 runs done; 420 examples to go, ~5.2 h', hours left, runs with no rate)."""
     states = run_states(runs)
@@ -289,11 +298,7 @@ def runs_status(runs: Runs) -> tuple[str, float, int]:
         n = f"{each.pop()} examples each" if len(each) == 1 else "their examples"
         return f"done ({len(states)} run{'s' * (len(states) > 1)}, {n})", 0.0, 0
     if len(states) == 1:
-        s = states[0]
-        text = f"done {s.done}/{s.target}, {s.target - s.done} to go"
-        if s.rate > 0:
-            return text + f", {_hours(s.hours_left)} at {s.rate:.0f} examples/h", s.hours_left, 0
-        return text + " (no rate measured yet)", 0.0, 1
+        return _one_run(states[0])
     hours, unknown = 0.0, 0
     for s in left:
         rate = s.rate or mean
@@ -349,9 +354,9 @@ def status(step: Step) -> tuple[str, float, int]:
         if folder is None:
             return "not needed on this machine (no row decoded here without large-only)", 0, 0
         state = _anchor_state(step, folder)
-        hours = state.hours_left
-        text = f"{state.done} of {step.n} examples done, into {folder}"
-        return text + (f", {_hours(hours)}" if hours else ""), hours or 0.0, int(hours is None)
+        done = state.done >= step.n
+        text, hours, unknown = (f"done {state.done}/{step.n}", 0.0, 0) if done else _one_run(state)
+        return f"{text}, into {folder}", hours, unknown
     if isinstance(step, Controls):
         needs = control_needs(step)
         if needs is None:
