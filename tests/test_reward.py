@@ -825,3 +825,17 @@ def test_reward_data_decodes_each_block_small_then_large():
     assert job_order(pairs, 2) == ["a.small", "b.small", "a.large", "b.large", "c.small", "c.large"]
     assert job_order(pairs, 1) == ["a.small", "a.large", "b.small", "b.large", "c.small", "c.large"]
     assert sorted(job_order(pairs, 32)) == sorted(j for js in pairs for j in js)
+
+
+def test_read_pairs_takes_the_compressed_file(tmp_path):
+    """A preference-data folder kept with pairs.jsonl.gz reads as the plain file it was, and the
+    plain file is back in place (resuming appends to it, training hashes its bytes)."""
+    import gzip
+
+    from harness.training.reward_data import read_pairs
+
+    lines = "".join(json.dumps({"id": f"toy/{i}", "chunks": []}) + "\n" for i in range(3))
+    (tmp_path / "pairs.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
+    rows = read_pairs(tmp_path / "pairs.jsonl")
+    assert [r["id"] for r in rows] == ["toy/0", "toy/1", "toy/2"]
+    assert (tmp_path / "pairs.jsonl").read_text() == lines

@@ -7,9 +7,9 @@ with the trained router in the rollouts (CITER's second round).
 
 Writes into --out (each step is a checkpoint; rerunning the command resumes):
   labels_r1.safetensors   round-1 token labels (`harness.training.labels`), saved after every example
-  citer_r1.pt             the MLP after round 1 (best validation loss), tau, split ids
+  citer_r1.pt             the MLP after round 1 of two (best validation loss), tau, split ids
   labels_r2.safetensors   round 2: rollout positions relabelled with citer_r1 in the loop
-  citer_r2.pt, citer.pt   the final router (= the last round's), for `--router-arg path=`
+  citer.pt                the final router (the last round's), for `--router-arg path=`
   train_log.jsonl         one line per epoch: round, epoch, train/val loss, val accuracy
 
 Training data come only from the task's `train` split; tau is calibrated on `calib`: the
@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +45,15 @@ class FitConfig:
     seed: int = 0  # seeds the example split, initialisation and batch order
 
 
-def fit_router(data, fit: FitConfig, calib_hidden, share: float, out: Path, round_: int, common):
+def fit_router(
+    data, fit: FitConfig, calib_hidden, share: float, out: Path, round_: int, common, final: bool
+):
     """Train the MLP on the labelled rows, calibrate tau on `calib_hidden()` (a callable: the
-    calib states are made only when needed), save `citer_r{round}.pt`; resumable: an existing
-    checkpoint of this round is kept."""
+    calib states are made only when needed), save `citer_r{round}.pt` (`citer.pt` for the final
+    round: the router is stored once); resumable: an existing checkpoint of this round is kept."""
     from routers.calibration import calibrated_threshold
 
-    path = out / f"citer_r{round_}.pt"
+    path = out / ("citer.pt" if final else f"citer_r{round_}.pt")
     if path.exists():
         _add_val_auc(path, data, fit)
         return path
@@ -281,7 +282,8 @@ def train(args) -> int:
         engine, task, train, cfg, out / "labels_r1.safetensors", trajectories=trajectories
     )
     print(f"round 1 labels: {data.summary()}", file=sys.stderr)
-    ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 1, common)
+    final = args.rounds == 1
+    ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 1, common, final)
     if args.rounds == 2:
         path2 = out / "labels_r2.safetensors"
         if args.mode == "reference":  # resumes a partly relabelled file
@@ -297,7 +299,6 @@ def train(args) -> int:
                 engine, task, train, cfg, path2, trajectories=traj, round_=2, progress=True
             )
         print(f"round 2 labels: {data.summary()}", file=sys.stderr)
-        ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 2, common)
-    shutil.copyfile(ckpt, out / "citer.pt")
-    print(f"router: {out / 'citer.pt'}")
+        ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 2, common, True)
+    print(f"router: {ckpt}")
     return 0

@@ -35,7 +35,9 @@ def examples(folder: Path) -> str:
         if "n_pairs" in m:
             p = m["n_pairs"]
             return f"{m['n_prompts']} prompts, {p['train']} + {p['heldout']} chunk pairs"
-    if (folder / "manifest.json").is_file() and (folder / "pairs.jsonl").is_file():
+    if (folder / "manifest.json").is_file() and any(
+        (folder / name).is_file() for name in ("pairs.jsonl", "pairs.jsonl.gz")
+    ):
         m = json.loads((folder / "manifest.json").read_text())
         return f"{m['prompts']} prompts ({', '.join(m['tasks'])})"
     for name in CHECKPOINTS:

@@ -31,6 +31,7 @@ Files in --out:
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -213,8 +214,12 @@ def synthesize(engine, prompts: list[tuple], cfg: SynthConfig, path: Path) -> in
 
 def read_pairs(path: Path) -> list[dict]:
     """The records of a pairs.jsonl. A line cut by a crash is dropped from the file (that prompt
-    is synthesized again on resume)."""
+    is synthesized again on resume). A folder kept with the file compressed (pairs.jsonl.gz) has
+    it decompressed back in place first, so resuming and training read the same bytes."""
     path = Path(path)
+    packed = path.with_name(path.name + ".gz")
+    if not path.exists() and packed.is_file():
+        path.write_bytes(gzip.decompress(packed.read_bytes()))
     if not path.exists():
         return []
     lines = path.read_text(encoding="utf-8").splitlines()
