@@ -255,7 +255,7 @@ class LlamaCppRewardBackend(_HeadOverHidden):
     computing there: `LlamaCppBackend(embeddings_only=True)`) and the checkpoint's head applied
     here. Only for head-only checkpoints (a trained backbone's weights
     are not in the GGUF). Scores match the transformers reward model up to llama.cpp's quantized
-    numerics (`scripts/reward_backbone_check.py`). Batches like any llama.cpp model."""
+    numerics (docs/trained-routers.md, the reward model's backbone on llama.cpp). Batches like any llama.cpp model."""
 
     def __init__(self, inner, head: torch.nn.Module, info: ModelInfo, owner=None):
         self.inner, self.head, self.info = inner, head, info
