@@ -36,6 +36,7 @@ A missing dataset, split or column, or a Hub id not cached while offline, stops 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import re
@@ -104,8 +105,9 @@ class HFTask(Task):
             raise UserError(f"task hf: train_split and split are both {self.held_out!r}")
 
     def read(self) -> list[Example]:
-        a, dataset = self.args, self.args["dataset"]
-        splits = load(dataset, a.get("config"), a.get("revision"), a.get("data_files"))
+        a = self.args
+        splits = load(a["dataset"], a.get("config"), a.get("revision"), a.get("data_files"))
+        dataset = _label(a["dataset"], a.get("data_files"), a.get("split"))
         test = pick_split(splits, a.get("split"), dataset)
         parts = [(self.held_out, test)]
         if self.held_out is not None:
@@ -170,15 +172,13 @@ class _Fields:
         self.args, self.have, self.dataset = args, columns, dataset
 
     def columns(self) -> list[str]:
-        """Every column the arguments name, directly or in a template."""
+        """The columns the arguments name directly (a template's are checked as it renders: an
+        lm-eval template may test `x is defined`)."""
         out = []
-        for key in ("prompt", "system", "reference", "choices", "tests", "id"):
+        for key in ("prompt", "reference", "choices", "tests", "id"):
             spec = self.args.get(key)
-            if isinstance(spec, str) and "{{" not in spec and "{%" not in spec:
-                if key != "system":  # a system turn of plain text names no column
-                    out.append(spec)
-            elif isinstance(spec, str):
-                out += [c for c in _template_names(spec) if c not in out]
+            if isinstance(spec, str) and not _is_template(spec) and spec not in out:
+                out.append(spec)
         return out
 
     def value(self, key: str, row: dict, where: str):
@@ -189,9 +189,26 @@ class _Fields:
             return spec(row)
         if spec in row:
             return row[spec]
-        if "{{" in spec or "{%" in spec:
-            return _render(spec, row, where)
+        if _is_template(spec):
+            return self.render(spec, row, where)
         return spec  # a system turn written out
+
+    def render(self, template: str, row: dict, where: str) -> str:
+        """A Jinja template filled from a row, as lm-eval fills doc_to_text (StrictUndefined)."""
+        import jinja2
+
+        try:
+            return _compiled(template).render(**row)
+        except jinja2.UndefinedError as e:
+            name = re.match(r"'(\w+)' is undefined", str(e))
+            if name and name.group(1) not in row:
+                raise UserError(
+                    f"dataset {self.dataset} has no column {name.group(1)!r}; "
+                    f"its columns: {', '.join(self.have)}"
+                ) from None
+            raise UserError(f"{where}: template {template!r}: {e}") from None
+        except jinja2.TemplateError as e:
+            raise UserError(f"{where}: template {template!r}: {e}") from None
 
     def text(self, key: str, row: dict, where: str) -> str:
         value = self.value(key, row, where)
@@ -224,20 +241,13 @@ class _Fields:
         return value + "\n"
 
 
-def _template_names(template: str) -> list[str]:
-    """The columns a Jinja template reads: "{{question}} {{choices.text}}" -> question, choices."""
-    import jinja2
-    from jinja2 import meta
-
-    try:
-        parsed = jinja2.Environment().parse(template)
-    except jinja2.TemplateSyntaxError as e:
-        raise UserError(f"template {template!r}: {e.message}") from None
-    return sorted(meta.find_undeclared_variables(parsed))
+def _is_template(spec: str) -> bool:
+    return "{{" in spec or "{%" in spec
 
 
-def _render(template: str, row: dict, where: str) -> str:
-    """A Jinja template filled from a row, as lm-eval fills doc_to_text (StrictUndefined)."""
+@functools.cache
+def _compiled(template: str):
+    """The Jinja template, in lm-eval's environment (StrictUndefined, its regex_replace filter)."""
     import jinja2
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -245,9 +255,18 @@ def _render(template: str, row: dict, where: str) -> str:
         pattern, repl, s, count=count
     )
     try:
-        return env.from_string(template).render(**row)
-    except jinja2.TemplateError as e:
-        raise UserError(f"{where}: template {template!r}: {e}") from None
+        return env.from_string(template)
+    except jinja2.TemplateSyntaxError as e:
+        raise UserError(f"template {template!r}: {e.message}") from None
+
+
+def _label(dataset: str, data_files, split: str | None) -> str:
+    """What errors call the dataset: its path or id, or for a builder over data files (an
+    lm-eval YAML's `dataset_path: json`) the file of the split read."""
+    if isinstance(data_files, dict):
+        files = data_files.get(split) or next(iter(data_files.values()))
+        return str(files if isinstance(files, str) else files[0])
+    return str(data_files) if isinstance(data_files, str) else dataset
 
 
 def _set(given: dict) -> dict:

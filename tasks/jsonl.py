@@ -12,7 +12,7 @@ One JSON object per line:
   prompt     the user message (required)
   reference  what the scorer compares with (required): a number (numeric), an option letter
              (choice), the tests (code: a list of assert lines, or a string of test code), a
-             summary (rouge)
+             summary (rouge), the answer's text (exact)
   id         optional; by default the sha256 of the prompt (and choices), so an id does not
              depend on the row's position in the file
   choices    choice only, required: the option texts, shown lettered (A), (B), ... under the

@@ -132,6 +132,33 @@ def test_an_lm_eval_task_yaml_gives_the_data_prompt_and_target(data, tmp_path):
     assert short.max_new_tokens == 8
 
 
+def test_lm_evals_own_gsm8k_yaml_over_local_data(data, tmp_path):
+    """data.md's recipe: include lm-eval's installed gsm8k YAML, override only its data; its
+    prompt and stop strings are kept, and a task argument narrows its target to the number."""
+    import importlib.util
+
+    lm_eval = Path(list(importlib.util.find_spec("lm_eval").submodule_search_locations)[0])
+    rows = [{"question": f"Tom has {i} apples and buys 2. How many?",
+             "answer": f"He has {i} + 2 = {i + 2}.\n#### {i + 2}"} for i in range(5)]  # fmt: skip
+    (tmp_path / "gsm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "gsm8k_local.yaml").write_text(
+        f"include: {lm_eval / 'tasks' / 'gsm8k' / 'gsm8k.yaml'}\ntask: gsm8k_local\n"
+        f"dataset_path: json\ndataset_name: null\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {tmp_path / 'gsm.jsonl'}\n"
+    )
+    task = get_task("hf", lm_eval_task="gsm8k_local", include_path=str(tmp_path), scorer="numeric",
+                    reference="{{answer.split('####')[-1].strip()}}")  # fmt: skip
+    first = task.split("all")[0]
+    assert first.messages[0]["content"] == f"Question: {rows[0]['question']}\nAnswer:"
+    assert first.reference == "2" and "Question:" in task.stop
+    assert task.score(first, "So he has \\boxed{2} apples.")["exact_match"] == 1.0
+    with pytest.raises(UserError, match=r"gsm\.jsonl \[row 0\]: reference .* is not a number"):
+        get_task("hf", lm_eval_task="gsm8k_local", include_path=str(tmp_path),
+                 scorer="numeric").load()  # fmt: skip
+    with pytest.raises(UserError, match="dataset openai/gsm8k: the hub is offline"):
+        get_task("hf", lm_eval_task="gsm8k", scorer="exact").load()  # lm-eval's own: the Hub
+
+
 def error_line(capsys) -> str:
     lines = [ln for ln in capsys.readouterr().err.splitlines()
              if ln.startswith(("error:", "Traceback"))]  # fmt: skip
