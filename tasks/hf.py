@@ -115,7 +115,7 @@ class HFTask(Task):
         examples, seen = [], {}
         for source, data in parts:
             if a.get("process_docs"):
-                data = a["process_docs"](data)
+                data = _call(a["process_docs"], data, f"{dataset} [{source or 'rows'}]")
             fields = _Fields(a, list(data.column_names), dataset)
             require_columns(data, fields.columns(), dataset)
             for i, row in enumerate(data):
@@ -185,8 +185,8 @@ class _Fields:
         spec = self.args.get(key)
         if spec is None:
             return None
-        if callable(spec):
-            return spec(row)
+        if callable(spec):  # an lm-eval YAML's !function
+            return _call(spec, row, where)
         if spec in row:
             return row[spec]
         if _is_template(spec):
@@ -239,6 +239,17 @@ class _Fields:
         except SyntaxError as e:
             raise UserError(f"{where}: the tests do not parse as Python ({e.msg})") from None
         return value + "\n"
+
+
+def _call(function, value, where: str):
+    """A function an lm-eval YAML names, its failure one line."""
+    try:
+        return function(value)
+    except UserError:
+        raise
+    except Exception as e:
+        name = getattr(function, "__name__", "function")
+        raise UserError(f"{where}: {name} raised {type(e).__name__}: {e}") from None
 
 
 def _is_template(spec: str) -> bool:
