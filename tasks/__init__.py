@@ -5,9 +5,11 @@
     test = task.split("test", seed=0)          # list[Example]; see tasks/base.py for the splits
     task.score(test[0], "... The answer is (B).")   # {"acc": 1.0, "acc_strict": 1.0}
 
-Each task is one small class (tasks/<module>.py); data readers are in tasks/sources.py,
-lm-eval's scoring rules in tasks/rules.py. A task without code is a JSONL file
-(`get_task("jsonl", path="my.jsonl", scorer="numeric")`, tasks/jsonl.py). A name is a built-in
+Each task is one small class (tasks/<module>.py); its data loads through `datasets`
+(tasks/sources.py, tasks/loading.py), lm-eval's scoring rules are in tasks/rules.py. A task
+without code is any `datasets` dataset (`get_task("hf", dataset="my.parquet", prompt="question",
+reference="answer", scorer="numeric")`, tasks/hf.py) or a JSONL file (`get_task("jsonl",
+path="my.jsonl", scorer="numeric")`, tasks/jsonl.py). A name is a built-in
 (TASKS below), an entry point of an installed package (group `hybridbench.tasks`) or an import
 path `package.module:Class`; `hybridbench tasks` lists them with where each comes from, and a
 task from outside this repository runs behind `tasks.base.GuardedTask` (one error line when it
@@ -36,6 +38,7 @@ TASKS: dict[str, str] = {
 # the benchmarks).
 FORMATS: dict[str, str] = {
     "jsonl": "tasks.jsonl:JSONLTask",
+    "hf": "tasks.hf:HFTask",
 }
 
 

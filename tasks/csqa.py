@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tasks.base import Example, Task
 from tasks.choice import LETTERS, choice_prompt, score_choice
-from tasks.sources import olmo_file, read_arrow
+from tasks.sources import olmo_arrow
 
 DATA = "hf_datasets/tau/commonsense_qa/none/validation/data-00000-of-00001.arrow"
 
@@ -21,7 +21,7 @@ class CommonsenseQA(Task):
 
     def read(self) -> list[Example]:
         examples = []
-        for row in read_arrow(olmo_file(DATA)):
+        for row in olmo_arrow(DATA):
             labels, texts = row["choices"]["label"], row["choices"]["text"]
             examples.append(
                 Example(

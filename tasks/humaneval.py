@@ -23,7 +23,7 @@ import re
 from harness.sandbox import Tests
 from tasks.base import Example, Task, user_message
 from tasks.code import extract_code, has_code, passes
-from tasks.sources import humaneval_file, read_jsonl
+from tasks.sources import humaneval_rows
 
 PROMPT = (
     "Complete the following Python function. "
@@ -37,15 +37,15 @@ class HumanEval(Task):
     max_new_tokens = 1024  # measured, see the module docstring
 
     def read(self) -> list[Example]:
-        rows = read_jsonl(humaneval_file(), ("task_id", "prompt", "entry_point", "test"))
+        rows = humaneval_rows(("task_id", "prompt", "canonical_solution", "entry_point", "test"))
         return [
             Example(
                 id=row["task_id"],  # "HumanEval/0" ... "HumanEval/163"
                 messages=user_message(PROMPT.format(prompt=row["prompt"])),
-                reference=row.get("canonical_solution", ""),  # the gold body
+                reference=row["canonical_solution"],  # the gold body
                 meta={k: row[k] for k in ("prompt", "entry_point", "test")},
             )
-            for _, row in rows
+            for row in rows
         ]
 
     def score(self, example: Example, completion: str) -> dict[str, float]:

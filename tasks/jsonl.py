@@ -12,20 +12,16 @@ One JSON object per line:
   prompt     the user message (required)
   reference  what the scorer compares with (required): a number (numeric), an option letter
              (choice), the tests (code: a list of assert lines, or a string of test code), a
-             summary (rouge)
+             summary (rouge), the answer's text (exact)
   id         optional; by default the sha256 of the prompt (and choices), so an id does not
              depend on the row's position in the file
   choices    choice only, required: the option texts, shown lettered (A), (B), ... under the
              prompt with the project's answer instruction ("The answer is (X).")
   system     optional system turn (else the task argument `system=`, else none)
 
-Scorers, each the one a built-in task uses (so scores mean what they mean there):
-  numeric  gsm8k's: the last \\boxed{...}, else "#### N", else the last number, compared
-           numerically ("18.00" = "18"); metric exact_match
-  choice   mmlu's / arc's letter reading (`tasks.choice.score_choice`); metric acc
-  code     mbpp's: the reply's code block runs in the sandbox, the tests in a second process
-           (`tasks.code.passes`); metric pass@1
-  rouge    cnn_dm's ROUGE-1/2/Lsum F-measures; metric rougeLsum
+Scorers (`tasks.scorers`), each the one a built-in task uses (so scores mean what they mean
+there): numeric (gsm8k's), choice (mmlu's), code (mbpp's), rouge (cnn_dm's), exact (the stated
+answer equals the reference, normalized).
 
 Task arguments: path= (required), scorer= (required), name= (default: the file's stem; it names
 the task in results and prefixes every example id), max_new_tokens= (default 512), system=.
@@ -36,22 +32,17 @@ the file, the line and what is wrong.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.sandbox import Tests
+from tasks import scorers
 from tasks.base import Example, Task, system_user, user_message
-from tasks.choice import LETTERS, choice_prompt, score_choice
-from tasks.cnn_dm import CnnDm
-from tasks.code import extract_code, free_names, has_code, passes
-from tasks.gsm8k import extract_answer, numeric_equal
+from tasks.choice import LETTERS, choice_prompt
+from tasks.scorers import METRICS, is_number
 from tasks.sources import read_jsonl
-
-METRICS = {"numeric": "exact_match", "choice": "acc", "code": "pass@1", "rouge": "rougeLsum"}
 
 
 class JSONLTask(Task):
@@ -71,8 +62,7 @@ class JSONLTask(Task):
             raise UserError(
                 "task jsonl needs path=FILE and scorer=" + "|".join(METRICS) + " (task arguments)"
             )
-        if scorer not in METRICS:
-            raise UserError(f"task jsonl: unknown scorer {scorer!r}; valid: {', '.join(METRICS)}")
+        scorers.check_scorer(scorer, "jsonl")
         self.path, self.scorer = Path(path), scorer
         if not self.path.is_file():
             raise UserError(f"task jsonl: data file {self.path} not found")
@@ -106,7 +96,7 @@ class JSONLTask(Task):
         if not isinstance(prompt, str) or not prompt.strip():
             raise UserError(f"{where}: 'prompt' must be a non-empty string")
         if self.scorer == "numeric":
-            if isinstance(ref, bool) or not _is_number(ref):
+            if not is_number(ref):
                 raise UserError(f"{where}: reference {ref!r} is not a number (scorer numeric)")
             return prompt, str(ref), {}
         if self.scorer == "choice":
@@ -124,36 +114,20 @@ class JSONLTask(Task):
             if not tests or not tests.strip():
                 raise UserError(f"{where}: scorer code needs reference: test code or assert lines")
             return prompt, tests + "\n", {}
+        if self.scorer == "exact":
+            if (
+                isinstance(ref, bool)
+                or not isinstance(ref, str | int | float)
+                or not str(ref).strip()
+            ):
+                raise UserError(f"{where}: reference must be the answer's text (scorer exact)")
+            return prompt, str(ref), {}
         if not isinstance(ref, str) or not ref.strip():
             raise UserError(f"{where}: reference must be the summary's text (scorer rouge)")
         return prompt, ref, {}
 
     def score(self, example: Example, completion: str) -> dict[str, float]:
-        if self.scorer == "numeric":
-            answer, stated = extract_answer(completion)
-            return {"exact_match": numeric_equal(answer, example.reference),
-                    "extracted": float(stated)}  # fmt: skip
-        if self.scorer == "choice":
-            return score_choice(completion, example.meta["choices"], example.reference)
-        if self.scorer == "code":
-            tests = Tests(example.reference, free_names(example.reference))
-            return {"pass@1": float(passes(extract_code(completion), tests)),
-                    "extracted": float(has_code(completion))}  # fmt: skip
-        return _summaries().score(example, completion)
-
-
-@functools.cache
-def _summaries() -> CnnDm:
-    """cnn_dm's task, for its ROUGE scorer (it reads its data only when asked to)."""
-    return CnnDm()
-
-
-def _is_number(value) -> bool:
-    try:
-        float(str(value).replace(",", ""))
-    except ValueError:
-        return False
-    return True
+        return scorers.score(self.scorer, example, completion)
 
 
 def _digest(prompt: str, choices) -> str:

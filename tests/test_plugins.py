@@ -467,7 +467,7 @@ def test_a_bad_jsonl_file_is_one_line_naming_file_and_line(tmp_path, capsys, row
 def test_jsonl_task_arguments_are_checked(tmp_path):
     with pytest.raises(UserError, match="needs path=FILE and scorer=numeric"):
         get_task("jsonl")
-    with pytest.raises(UserError, match="unknown scorer 'exact'; valid: numeric, choice"):
-        get_task("jsonl", path=str(tmp_path), scorer="exact")
+    with pytest.raises(UserError, match="unknown scorer 'fuzzy'; valid: numeric, choice"):
+        get_task("jsonl", path=str(tmp_path), scorer="fuzzy")
     with pytest.raises(UserError, match="data file .*nope.jsonl not found"):
         get_task("jsonl", path=str(tmp_path / "nope.jsonl"), scorer="numeric")

@@ -1,6 +1,7 @@
 """`hybridbench tasks`: the tasks a name can select, and where each comes from.
 
-Built-ins (`jsonl` among them: a task from a JSONL file, tasks/jsonl.py), then the entry points
+Built-ins (`hf` and `jsonl` among them: a task from any `datasets` dataset, tasks/hf.py, or from
+a JSONL file, tasks/jsonl.py), then the entry points
 of installed packages (group `hybridbench.tasks`); nothing is imported to list them. Any import
 path `package.module:Class` is a task name as well (docs/tasks.md).
 """
