@@ -190,3 +190,35 @@ def test_bad_checkpoints_are_one_user_error(trained, tmp_path):
     for name, msg in cases.items():
         with pytest.raises(UserError, match=msg):
             R2RRouter(str(tmp_path / name))
+
+
+def test_the_experiment_spec_plans_labels_training_rows_and_verdicts(tmp_path):
+    """experiments/r2r.toml: labels and training on gsm8k and mbpp with their caps, rows at three
+    shares once a checkpoint exists (humaneval runs mbpp's), verdicts against entropy,
+    confidence, learned and random, both ablations after the rows."""
+    from harness.evaluation import experiment
+    from harness.evaluation.experiment import Verdicts
+    from tests.test_experiment import ROOT, commands, parses
+
+    r2r = tmp_path / "r2r"
+    (r2r / "mbpp").mkdir(parents=True)
+    (r2r / "mbpp" / "r2r.pt").write_bytes(b"")
+    spec = experiment.load(ROOT / "experiments" / "r2r.toml", out=str(tmp_path / "ed"),
+                           sets=[f"vars.r2r={r2r}"])  # fmt: skip
+    lines = [" ".join(a) for a in commands(spec)]
+    for a in commands(spec):
+        parses(a)
+    labels = [x for x in lines if x.startswith("r2r-labels ")]
+    assert [x.split("--task ")[1].split()[0] for x in labels] == ["gsm8k", "mbpp"]
+    assert "--examples 200 --positions 4" in labels[0] and "--positions 6" in labels[1]
+    trainings = [x for x in lines if x.startswith("train-r2r ")]
+    assert sum("--target critical" in x for x in trainings) == 2
+    assert sum("--target oracle" in x and f"--features {r2r}/" in x for x in trainings) == 2
+    learned = [x for x in lines if x.startswith("train-learned ")]
+    assert len(learned) == 2 and all("--target citer" in x for x in learned)
+    calibrations = [x for x in lines if x.startswith("calibrate --router r2r ")]
+    assert [x.split("--task ")[1].split()[0] for x in calibrations] == ["mbpp", "humaneval"]
+    sweeps = [x for x in lines if x.startswith("sweep ")]
+    assert len(sweeps) == 2 and all("--targets 0.1,0.2,0.35" in x for x in sweeps)
+    verdicts = [s for s in experiment.steps(spec) if isinstance(s, Verdicts)]
+    assert [s.against for s in verdicts] == [("entropy", "confidence", "learned", "random")] * 3
