@@ -151,6 +151,16 @@ def test_metrics_resume_and_the_ablations(trained, tmp_path, monkeypatch):
     m = json.loads((out / "metrics.json").read_text())
     assert set(m["auc"]) == {"r2r", "entropy", "confidence"} and m["target"] == "critical"
     assert m["argmax_match"] == 1.0
+    held = m["heldout_labels"]  # the held-out examples' labels: what a critical-only oracle defers
+    assert held["examples"] == m["examples"] and held["tokens"] >= m["rows"]
+    assert held["critical"] == m["large_needed"]  # the held-out rows labelled 0 are the critical
+    from harness.training.cost import examples
+
+    lab = json.loads((root / "labels/stats.json").read_text())
+    assert (
+        examples(root / "labels")
+        == f"24 train examples, {lab['rolled_out']} divergences rolled out"
+    )
     data = TokenLabels.load(label_file)
     ckpt = torch.load(out / "r2r.pt", weights_only=True)
     assert sorted(ckpt["train_ids"]) == sorted(data.meta["done"])

@@ -91,6 +91,7 @@ def test_a_continuation_that_changes_the_outcome_is_critical_one_that_does_not_n
     assert data["small_token"][sorted(div)].tolist() == [div[i] for i in sorted(div)]
     s = critical.stats(data)
     assert (s["divergences"], s["rolled_out"], s["critical"]) == (len(div), len(div), 1)
+    assert s["critical_token_share"] == pytest.approx(1 / len(answer))  # every one rolled out
     assert json.loads((tmp_path / critical.STATS).read_text()) == s
     # without the changed continuation among its completions, every divergence is neutral
     other = critical.build_critical(engine, Scripted(), [ex], cfg, tmp_path / "b")

@@ -112,17 +112,17 @@ def large_answers(engine, task, prompts: dict, budget: int) -> dict:
 def continuations(engine, task, todo: list[tuple], budget: int) -> dict:
     """The outcome of large continuing each prefix greedily: todo (key, example, prompt ids,
     answer ids up to the divergence, small's token) -> {key: outcome}. Small's token ending the
-    answer (an end-of-answer token) ends it there: nothing is decoded."""
+    answer (an end-of-answer token) ends it there, as does the budget: nothing is decoded."""
     from harness.core.loop import DecodeConfig
     from harness.core.router import LargeOnly
     from harness.core.scheduler import Job
 
     out, jobs, by_key = {}, [], {}
     for key, ex, prompt, head, token in todo:
-        if token in engine.eos_ids:
-            out[key] = task.outcome(ex, answer_text(engine, task, head))
+        left = budget - len(head) - 1
+        if token in engine.eos_ids or left <= 0:  # the answer ends there, or its budget does
+            out[key] = task.outcome(ex, answer_text(engine, task, list(head) + [token]))
             continue
-        left = max(1, budget - len(head) - 1)
         dc = DecodeConfig(max_new_tokens=left, stop=tuple(task.stop), eos_ids=engine.eos_ids)
         jobs.append(Job(key, list(prompt) + list(head) + [token], dc))
         by_key[key] = (ex, list(head) + [token])
@@ -267,17 +267,24 @@ def _add(columns: dict, meta: dict, i: int, example_id: str, cols: dict, n_promp
     meta["done"].append(example_id)
 
 
-def stats(data: TokenLabels) -> dict:
-    """What the labels hold: examples, tokens, divergences (small's token differs from large's
-    answer's), those rolled out, the critical ones and their share of those rolled out."""
+def stats(data: TokenLabels, examples=None) -> dict:
+    """What the labels of `examples` (indices into the file's ids; default all) hold: tokens,
+    divergences (small's token differs from large's answer's), those rolled out, the critical
+    ones, their share of those rolled out, and the share of all tokens a critical-only oracle
+    would defer (divergences / tokens x the critical share: estimated from the rolled-out ones)."""
     src = data["label_source"]
+    if examples is not None:
+        src = src[torch.isin(data["example"], torch.as_tensor(examples, dtype=torch.int32))]
     critical, neutral = int((src == CRITICAL).sum()), int((src == NEUTRAL).sum())
-    rolled = critical + neutral
+    rolled, divergences = critical + neutral, int((src != AGREE).sum())
+    share = critical / rolled if rolled else float("nan")
+    n = len(data.meta.get("done", [])) if examples is None else len(examples)
     return {
-        "examples": len(data.meta.get("done", [])),
-        "tokens": len(data),
-        "divergences": int((src != AGREE).sum()),
+        "examples": n,
+        "tokens": len(src),
+        "divergences": divergences,
         "rolled_out": rolled,
         "critical": critical,
-        "critical_share": critical / rolled if rolled else float("nan"),
+        "critical_share": share,
+        "critical_token_share": divergences / len(src) * share if len(src) else float("nan"),
     }

@@ -19,7 +19,9 @@ FILE`. Into --out, each step kept so that a rerun resumes:
                           (entropy's and confidence's signals), hidden states, labels
   r2r.pt, train_log.jsonl  the network (best validation loss), its default threshold, ids
   metrics.json            `compare_scores` on the held-out examples: r2r, entropy, confidence;
-                          with --target oracle also against the critical labels (`on_critical`)
+                          with --target oracle also against the critical labels (`on_critical`);
+                          `heldout_labels`: the held-out examples' divergences, critical share
+                          and the share of tokens a critical-only oracle would defer
 
 The examples are split as train-learned splits them (the same seed gives the same held-out
 examples, so the AUCs of both commands on one label file are on the same tokens).
@@ -38,6 +40,7 @@ from harness.backends.engine import engine_from_args
 from harness.core.forcing import FORCED_CHUNK, forced_passes
 from harness.errors import UserError
 from harness.files import file_sha256
+from harness.training import critical
 from harness.training.common import EarlyStopping, auc, nothing_to_do, provenance
 from harness.training.labels import TokenLabels, _bar, _write
 from harness.training.learned import baseline_scores, compare_scores, example_parts
@@ -257,6 +260,9 @@ def train(args, fit: FitConfig) -> int:
     scores = report.pop("threshold_scores")
     report |= {"target": args.target, "labels": str(labels_path), "training": stats}
     report["argmax_match"] = float(cols["match"].float().mean())  # same model and backend: ~1
+    if data.meta.get("mode") == "critical":  # what a critical-only oracle would defer there
+        held = torch.unique(cols["example"][rows[part == 2]]).tolist()
+        report["heldout_labels"] = critical.stats(data, held)
     used = sorted({data.example_ids[int(j)] for j in torch.unique(cols["example"])})
     common = provenance(engine, task, args.split_seed, [], [])
     # metrics first: a checkpoint on disk means its step is complete (a rerun skips it)
