@@ -16,7 +16,7 @@ divergence labels of harness/training/critical.py, where the verifier is the tas
 enough); below the threshold the token is deferred and large writes it, calibrated as every
 threshold router's (`hybridbench calibrate --router r2r --checkpoint PATH`).
 
-    hybridbench r2r-labels --task gsm8k --examples 240 --positions 4 --out runs/r2r/labels-gsm8k
+    hybridbench r2r-labels --task gsm8k --examples 200 --positions 3 --out runs/r2r/labels-gsm8k
     hybridbench train-r2r --task gsm8k --labels runs/r2r/labels-gsm8k/labels.safetensors \\
         --out runs/r2r/gsm8k
     hybridbench calibrate --router r2r --checkpoint runs/r2r/gsm8k/r2r.pt --task gsm8k \\

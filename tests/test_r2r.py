@@ -220,7 +220,7 @@ def test_the_experiment_spec_plans_labels_training_rows_and_verdicts(tmp_path):
         parses(a)
     labels = [x for x in lines if x.startswith("r2r-labels ")]
     assert [x.split("--task ")[1].split()[0] for x in labels] == ["gsm8k", "mbpp"]
-    assert "--examples 200 --positions 4" in labels[0] and "--positions 6" in labels[1]
+    assert "--examples 200 --positions 3" in labels[0] and "--positions 6" in labels[1]
     trainings = [x for x in lines if x.startswith("train-r2r ")]
     assert sum("--target critical" in x for x in trainings) == 2
     assert sum("--target oracle" in x and f"--features {r2r}/" in x for x in trainings) == 2

@@ -12,7 +12,8 @@ answer (or the same verdict) is neutral.
 The labels are a token label file (`harness.training.labels`, mode "critical") whose trajectory
 is large's answer: label 1 where small's token equals large's (source agree); at a rolled-out
 divergence 0 when critical, 1 when neutral (sources critical, neutral); -1 (unlabelled) at a
-divergence not rolled out. `train-r2r --target critical` learns the first; `--target oracle`
+divergence not rolled out. Only small is teacher-forced along the answer: large's greedy token
+is the answer's own, its top-k is not measured (-1 ids, NaN probabilities). `train-r2r --target critical` learns the first; `--target oracle`
 (every divergence) and `train-learned --target citer` read the same file.
 
 Two seeded caps keep the cost known (`CriticalConfig`): `examples` of the train split and
@@ -27,7 +28,7 @@ then all their continuations, `engine.batch` at a time. Into OUT, resumable per 
   stats.json          written once every example is done: divergences, rolled out, critical share
   cost.jsonl          what each invocation cost (the command line's training log)
 
-    hybridbench r2r-labels --task gsm8k --examples 240 --positions 4 --out results/r2r/labels-gsm8k
+    hybridbench r2r-labels --task gsm8k --examples 200 --positions 3 --out results/r2r/labels-gsm8k
 """
 
 from __future__ import annotations
@@ -132,6 +133,19 @@ def continuations(engine, task, todo: list[tuple], budget: int) -> dict:
     return out
 
 
+def small_forced(engine, prompt: list[int], answer: list[int], cfg: CriticalConfig) -> dict:
+    """Small teacher-forced along large's answer (hidden states, greedy tokens, top-k). Large's
+    greedy token at each position is the answer's own (large decoded it greedily from there),
+    so large is not run again: its top-k columns hold -1 ids and NaN probabilities (not
+    measured; a forced pass of large would cost about as much as the answer did)."""
+    cols = teacher_force(engine.backends, prompt, answer, cfg.top_k, cfg.chunk, roles=("small",))
+    n = len(answer)
+    cols["large_token"] = torch.tensor(answer, dtype=torch.long)
+    cols["large_topk_ids"] = torch.full((n, cfg.top_k), -1, dtype=torch.long)
+    cols["large_topk_probs"] = torch.full((n, cfg.top_k), float("nan"))
+    return cols
+
+
 def label_columns(cols: dict, answer: list[int], record: dict, index: int) -> dict:
     """The label file's columns of one example: `cols` (teacher_force along its answer) and the
     labels its record says."""
@@ -160,7 +174,7 @@ def label_group(engine, task, group: list[tuple], cfg: CriticalConfig) -> list[t
     planned, todo = [], []
     for i, ex in group:
         answer = answers[i]
-        cols = teacher_force(engine.backends, prompts[i], answer, cfg.top_k, cfg.chunk)
+        cols = small_forced(engine, prompts[i], answer, cfg)
         diverge = cols["small_token"] != torch.tensor(answer, dtype=torch.long)
         chosen = pick_positions(diverge, cfg, ex.id)
         for pos in chosen:
@@ -237,7 +251,7 @@ def build_critical(engine, task, examples, cfg: CriticalConfig, out, *, split_se
             cols["example"] = torch.full_like(cols["example"], i)
         else:  # the record's labels, small's and large's columns by teacher forcing
             prompt = engine.encode(ex.messages)
-            cols = teacher_force(engine.backends, prompt, rec["answer"], cfg.top_k, cfg.chunk)
+            cols = small_forced(engine, prompt, rec["answer"], cfg)
             cols = label_columns(cols, rec["answer"], rec, i)
         _add(columns, meta, i, ex.id, cols, rec["n_prompt"])
     todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in records]

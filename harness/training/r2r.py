@@ -2,7 +2,7 @@
 divergence labels (harness/training/critical.py: the verifier is the task's scorer, not an LLM
 judge); its held-out AUC beside entropy's and confidence's on the same tokens.
 
-    hybridbench r2r-labels --task gsm8k --examples 240 --positions 4 --out runs/r2r/labels-gsm8k
+    hybridbench r2r-labels --task gsm8k --examples 200 --positions 3 --out runs/r2r/labels-gsm8k
     hybridbench train-r2r --task gsm8k --labels runs/r2r/labels-gsm8k/labels.safetensors \\
         --out runs/r2r/gsm8k                      # --target critical (default)
     hybridbench train-r2r ... --target oracle --features runs/r2r/gsm8k/features \\
