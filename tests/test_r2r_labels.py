@@ -136,3 +136,38 @@ def test_a_task_outcome_is_its_final_answer_or_its_verdict():
     mbpp = get_task("mbpp")
     code = mbpp.load()[0]
     assert mbpp.outcome(code, "no code") == repr(0.0)
+
+
+def test_an_interrupted_group_resumes_after_its_finished_examples(engine, tmp_path, monkeypatch):
+    """Each example's record is appended as soon as its last continuation is done: a group
+    interrupted midway keeps those, and the rerun decodes only the others."""
+    task, cfg = Scripted(), critical.CriticalConfig(positions=2)
+    examples = task.load()[:3]
+    real = critical.continuations
+
+    def first_only(engine, task, todo, budget):
+        first = min(key[0] for key, *_ in todo)
+        yield from real(engine, task, [t for t in todo if t[0][0] == first], budget)
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(critical, "continuations", first_only)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        critical.build_critical(engine, task, examples, cfg, tmp_path, group=3)
+    lines = (tmp_path / critical.RECORDS).read_text().splitlines()
+    assert examples[0].id in {json.loads(x).get("id") for x in lines[1:]}
+    monkeypatch.setattr(critical, "continuations", real)
+    decoded = []
+    real_answers = critical.large_answers
+
+    def answers(engine, task, prompts, budget):
+        decoded.extend(prompts)
+        return real_answers(engine, task, prompts, budget)
+
+    monkeypatch.setattr(critical, "large_answers", answers)
+    data = critical.build_critical(engine, task, examples, cfg, tmp_path, group=3)
+    assert 0 not in decoded and sorted(data.meta["done"]) == sorted(e.id for e in examples)
+    fresh = critical.build_critical(engine, task, examples, cfg, tmp_path / "fresh", group=3)
+    for c in ("label", "label_source", "small_token"):  # the same labels as uninterrupted
+        ours = torch.cat([data[c][data.rows_of(j)] for j in range(3)])
+        theirs = torch.cat([fresh[c][fresh.rows_of(j)] for j in range(3)])
+        assert torch.equal(ours, theirs), c

@@ -20,9 +20,10 @@ Two seeded caps keep the cost known (`CriticalConfig`): `examples` of the train 
 `positions` rolled out per example. Large's answers of a group of examples are decoded together,
 then all their continuations, `engine.batch` at a time. Into OUT, resumable per example:
 
-  rollouts.jsonl      a header line (task, split seed, config), then one line per example as its
-                      group finishes: large's answer ids, its outcome, the divergences and, per
-                      rolled-out one, position, small's token, the continuation's outcome, critical
+  rollouts.jsonl      a header line (task, split seed, config), then one line per example as
+                      its last continuation finishes: large's answer ids, its outcome, the
+                      divergences and, per rolled-out one, position, small's token, the
+                      continuation's outcome, critical (a rerun decodes only the others)
   labels.safetensors  the label file (+ labels.hidden.safetensors), rewritten after each group;
                       remade from rollouts.jsonl by teacher forcing alone when it is behind
   stats.json          written once every example is done: divergences, rolled out, critical share
@@ -110,27 +111,27 @@ def large_answers(engine, task, prompts: dict, budget: int) -> dict:
     return out
 
 
-def continuations(engine, task, todo: list[tuple], budget: int) -> dict:
-    """The outcome of large continuing each prefix greedily: todo (key, example, prompt ids,
-    answer ids up to the divergence, small's token) -> {key: outcome}. Small's token ending the
-    answer (an end-of-answer token) ends it there, as does the budget: nothing is decoded."""
+def continuations(engine, task, todo: list[tuple], budget: int):
+    """Yields (key, outcome) of large continuing each prefix greedily, as each finishes: todo
+    (key, example, prompt ids, answer ids up to the divergence, small's token). Small's token
+    ending the answer (an end-of-answer token) ends it there, as does the budget: nothing is
+    decoded."""
     from harness.core.loop import DecodeConfig
     from harness.core.router import LargeOnly
     from harness.core.scheduler import Job
 
-    out, jobs, by_key = {}, [], {}
+    jobs, by_key = [], {}
     for key, ex, prompt, head, token in todo:
         left = budget - len(head) - 1
         if token in engine.eos_ids or left <= 0:  # the answer ends there, or its budget does
-            out[key] = task.outcome(ex, answer_text(engine, task, list(head) + [token]))
+            yield key, task.outcome(ex, answer_text(engine, task, list(head) + [token]))
             continue
         dc = DecodeConfig(max_new_tokens=left, stop=tuple(task.stop), eos_ids=engine.eos_ids)
         jobs.append(Job(key, list(prompt) + list(head) + [token], dc))
         by_key[key] = (ex, list(head) + [token])
     for job, g in engine.generate_each(LargeOnly(), jobs, "continuations", unit="rollout"):
         ex, head = by_key[job.key]
-        out[job.key] = task.outcome(ex, answer_text(engine, task, head + list(g.token_ids)))
-    return out
+        yield job.key, task.outcome(ex, answer_text(engine, task, head + list(g.token_ids)))
 
 
 def small_forced(engine, prompt: list[int], answer: list[int], cfg: CriticalConfig) -> dict:
@@ -166,33 +167,45 @@ def label_columns(cols: dict, answer: list[int], record: dict, index: int) -> di
     }
 
 
-def label_group(engine, task, group: list[tuple], cfg: CriticalConfig) -> list[tuple]:
-    """Label a group of (index, example): [(index, example, record, columns)]."""
+def label_group(engine, task, group: list[tuple], cfg: CriticalConfig, emit) -> None:
+    """Label a group of (index, example): large's answers decoded together, then all their
+    continuations; `emit(index, example, record, columns)` as soon as an example's last
+    continuation is done (columns None for an empty answer: no rows)."""
     budget = cfg.max_new_tokens or task.max_new_tokens
     prompts = {i: engine.encode(ex.messages) for i, ex in group}
     answers = large_answers(engine, task, prompts, budget)
-    planned, todo = [], []
+    planned, todo = {}, []
     for i, ex in group:
         answer = answers[i]
-        cols = small_forced(engine, prompts[i], answer, cfg)
-        diverge = cols["small_token"] != torch.tensor(answer, dtype=torch.long)
+        cols = small_forced(engine, prompts[i], answer, cfg) if answer else None
+        diverge = torch.zeros(0, dtype=torch.bool)
+        if cols is not None:
+            diverge = cols["small_token"] != torch.tensor(answer, dtype=torch.long)
         chosen = pick_positions(diverge, cfg, ex.id)
         for pos in chosen:
-            token = int(cols["small_token"][pos])
-            todo.append(((i, pos), ex, prompts[i], answer[:pos], token))
-        planned.append((i, ex, answer, cols, int(diverge.sum()), chosen))
-    outcomes = continuations(engine, task, todo, budget)
-    out = []
-    for i, ex, answer, cols, n_div, chosen in planned:
+            todo.append(((i, pos), ex, prompts[i], answer[:pos], int(cols["small_token"][pos])))
         own = task.outcome(ex, answer_text(engine, task, answer))
-        rolled = [
-            [p, int(cols["small_token"][p]), outcomes[(i, p)], int(outcomes[(i, p)] != own)]
-            for p in chosen
-        ]
         record = {"id": ex.id, "n_prompt": len(prompts[i]), "answer": answer, "outcome": own}
-        record |= {"divergences": n_div, "rolled": rolled}
-        out.append((i, ex, record, label_columns(cols, answer, record, i)))
-    return out
+        record |= {"divergences": int(diverge.sum()), "rolled": []}
+        planned[i] = (ex, record, cols, set(chosen))
+    pending = {i: len(left) for i, (_, _, _, left) in planned.items()}
+
+    def finish(i: int) -> None:
+        ex, record, cols, _ = planned[i]
+        record["rolled"].sort()
+        labelled = None if cols is None else label_columns(cols, record["answer"], record, i)
+        emit(i, ex, record, labelled)
+
+    for i, n in pending.items():
+        if n == 0:
+            finish(i)
+    for (i, pos), outcome in continuations(engine, task, todo, budget):
+        _, record, cols, _ = planned[i]
+        critical = int(outcome != record["outcome"])
+        record["rolled"].append([pos, int(cols["small_token"][pos]), outcome, critical])
+        pending[i] -= 1
+        if pending[i] == 0:
+            finish(i)
 
 
 def _read_records(path: Path, header: dict) -> dict:
@@ -249,20 +262,25 @@ def build_critical(engine, task, examples, cfg: CriticalConfig, out, *, split_se
             rows = old.rows_of(old.example_ids.index(ex.id))
             cols = {c: old[c][rows] for c in COLUMNS}
             cols["example"] = torch.full_like(cols["example"], i)
-        else:  # the record's labels, small's and large's columns by teacher forcing
+        elif rec["answer"]:  # the record's labels, small's columns by teacher forcing
             prompt = engine.encode(ex.messages)
             cols = small_forced(engine, prompt, rec["answer"], cfg)
             cols = label_columns(cols, rec["answer"], rec, i)
+        else:
+            cols = None
         _add(columns, meta, i, ex.id, cols, rec["n_prompt"])
     todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in records]
     group = group or max(8, 4 * engine.batch)
     bar = _bar(len(examples), "critical labels", True, len(examples) - len(todo))
+
+    def emit(i, ex, rec, cols) -> None:  # an example done: its record first (what resumes)
+        with (out / RECORDS).open("a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+        _add(columns, meta, i, ex.id, cols, rec["n_prompt"])
+        bar.update(1)
+
     for start in range(0, len(todo), group):
-        for i, ex, rec, cols in label_group(engine, task, todo[start : start + group], cfg):
-            with (out / RECORDS).open("a", encoding="utf-8") as f:
-                f.write(json.dumps(rec) + "\n")
-            _add(columns, meta, i, ex.id, cols, rec["n_prompt"])
-            bar.update(1)
+        label_group(engine, task, todo[start : start + group], cfg, emit)
         data = TokenLabels({c: torch.cat(v) for c, v in columns.items()}, meta)
         data.save(out / LABELS)
         bar.set_postfix(stats(data))
@@ -274,9 +292,10 @@ def build_critical(engine, task, examples, cfg: CriticalConfig, out, *, split_se
     return data
 
 
-def _add(columns: dict, meta: dict, i: int, example_id: str, cols: dict, n_prompt: int) -> None:
+def _add(columns: dict, meta: dict, i: int, example_id: str, cols, n_prompt: int) -> None:
     for c in COLUMNS:
-        columns[c].append(cols[c])
+        if cols is not None:
+            columns[c].append(cols[c])
     meta["n_prompt"][i] = n_prompt
     meta["done"].append(example_id)
 
