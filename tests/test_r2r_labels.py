@@ -171,3 +171,25 @@ def test_an_interrupted_group_resumes_after_its_finished_examples(engine, tmp_pa
         ours = torch.cat([data[c][data.rows_of(j)] for j in range(3)])
         theirs = torch.cat([fresh[c][fresh.rows_of(j)] for j in range(3)])
         assert torch.equal(ours, theirs), c
+
+
+class Duck:
+    """A plugin task that is no `tasks.base.Task` and has no `outcome`."""
+
+    name, metric, max_new_tokens, stop = "duck", "acc", 8, ()
+
+    def read(self):
+        return Scripted().read()
+
+    def score(self, example, completion):
+        return {"acc": float("quack" in completion)}
+
+
+def test_a_plugin_task_s_outcome_is_its_own_or_its_metric():
+    from tasks import get_task
+
+    scripted = get_task("tests.test_r2r_labels:Scripted")
+    ex = scripted.load()[0]
+    assert scripted.outcome(ex, "anything") == "same"  # its own, through the guard
+    duck = get_task("tests.test_r2r_labels:Duck")
+    assert duck.outcome(ex, "quack") == repr(1.0) and duck.outcome(ex, "moo") == repr(0.0)
