@@ -36,6 +36,7 @@ ROUTER_STYLES = {
     "query": ("#d55e00", "v"),  # vermilion
     "speculative": ("#cc79a7", "P"),  # reddish purple
     "learned": ("#882255", "h"),  # wine
+    "r2r": ("#88ccee", "d"),  # cyan
     "oracle": ("#332288", "*"),  # indigo
     "random": ("#555555", "X"),  # dark grey: the control of the token routers
     "random_query": ("#8c564b", "p"),  # brown: the control of the query router

@@ -35,6 +35,7 @@ ROUTERS = {
     "citer": "routers.citer:Citer",
     "query": "routers.query:QueryRouter",
     "learned": "routers.learned:LearnedRouter",
+    "r2r": "routers.r2r:R2RRouter",
     "random_query": "routers.query:RandomQuery",
 }
 

@@ -75,6 +75,12 @@ class Task:
         reference trajectory, `harness.training.labels`), or None when the task has none."""
         return None
 
+    def outcome(self, example: Example, completion: str) -> str:
+        """What decides whether two answers to `example` lead to the same place (R2R's critical
+        divergences, `harness.training.critical`): by default the primary metric's value (a code
+        task: the tests' verdict); a task with a final answer (gsm8k) returns that answer."""
+        return repr(float(self.score(example, completion)[self.metric]))
+
     def load(self) -> list[Example]:
         """All rows, deterministic order, read once per task object."""
         if getattr(self, "_examples", None) is None:
@@ -168,6 +174,12 @@ class GuardedTask:
         if bad is not None:
             raise self.error(f"{method} gave a {type(bad).__name__}, not a tasks.base.Example")
         return list(examples)
+
+    def outcome(self, example: Example, completion: str) -> str:
+        """The task's own `outcome` when it has one, else the base's (its metric's value)."""
+        if callable(getattr(self.task, "outcome", None)):
+            return str(self._call("outcome", example, completion))
+        return Task.outcome(self, example, completion)
 
     def read(self) -> list[Example]:
         return self._examples("read")

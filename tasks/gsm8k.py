@@ -123,6 +123,15 @@ class GSM8K(Task):
         body, _, answer = solution.rpartition("####")
         return f"{body.strip()}\nThe final answer is \\boxed{{{answer.strip()}}}."
 
+    def outcome(self, example: Example, completion: str) -> str:
+        """The final number the completion states (the primary rule's), e.g. "18" and "18.00"
+        both "18.0"; the extracted text itself when it reads as no number."""
+        answer, _ = extract_answer(completion)
+        try:
+            return repr(float(answer.replace(",", "").replace("$", "").strip().rstrip(".")))
+        except ValueError:
+            return answer
+
     def score(self, example: Example, completion: str) -> dict[str, float]:
         gold = str(example.reference)
         answer, stated = extract_answer(completion)

@@ -45,6 +45,8 @@ COMMANDS = {
     "train-citer": ("train_citer", "label tokens and train the CITER router"),
     "train-query": ("train_query", "train and calibrate the query-level router"),
     "train-learned": ("train_learned", "train the learned token router; its AUC vs entropy's"),
+    "r2r-labels": ("r2r_labels", "R2R's critical-divergence token labels on train"),
+    "train-r2r": ("train_r2r", "train the r2r token router; its AUC vs entropy's"),
     "reward-data": ("reward_data", "reward-model preference pairs"),
     "train-reward": ("train_reward", "train the reward model"),
     "bench-decode": ("bench_decode", "tok/s of small, large and random routing vs the cost model"),
@@ -55,7 +57,7 @@ COMMANDS = {
 
 # Commands whose cost (wall time, tokens generated) goes to their output folder's cost.jsonl
 TRAINING = ("reward-data", "train-reward", "train-citer", "train-query", "calibrate",
-            "calibrate-reward", "train-learned")  # fmt: skip
+            "calibrate-reward", "train-learned", "r2r-labels", "train-r2r")  # fmt: skip
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:

@@ -25,7 +25,7 @@ from harness.training.common import COST_LOG, total_cost
 HEADER = ("folder", "command", "examples", "invocations", "wall hours", "CPU hours",
           "tokens generated")  # fmt: skip
 
-CHECKPOINTS = ("reward.pt", "citer.pt", "query.pt")
+CHECKPOINTS = ("reward.pt", "citer.pt", "query.pt", "learned.pt", "r2r.pt")
 
 
 def examples(folder: Path) -> str:
@@ -35,6 +35,9 @@ def examples(folder: Path) -> str:
         if "n_pairs" in m:
             p = m["n_pairs"]
             return f"{m['n_prompts']} prompts, {p['train']} + {p['heldout']} chunk pairs"
+    if (folder / "stats.json").is_file() and (folder / "rollouts.jsonl").is_file():
+        s = json.loads((folder / "stats.json").read_text())  # r2r-labels
+        return f"{s['examples']} train examples, {s['rolled_out']} divergences rolled out"
     if (folder / "manifest.json").is_file() and any(
         (folder / name).is_file() for name in ("pairs.jsonl", "pairs.jsonl.gz")
     ):

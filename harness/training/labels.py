@@ -63,7 +63,10 @@ from harness.core.forcing import FORCED_CHUNK, forced_passes
 from harness.errors import UserError
 
 SCHEMA = "hybridbench.token_labels/1"
-LABEL_SOURCES = ("small_match", "large_match", "rollout", "agree", "disagree", "unlabelled")
+LABEL_SOURCES = (
+    *("small_match", "large_match", "rollout", "agree", "disagree", "unlabelled"),
+    *("critical", "neutral"),  # critical-divergence labels (harness.training.critical)
+)
 SMALL_MATCH, LARGE_MATCH, ROLLOUT, AGREE, DISAGREE, UNLABELLED = range(6)
 MODES = ("reference", "label_free")
 COLUMNS = (
