@@ -7,8 +7,9 @@ tiny F32 pair the logits of a batched call equal the one-sequence call's within 
 (`test_forward_batch_rows_equal_one_sequence_calls`), and greedy tokens are asserted equal
 exactly: a flip would need a top-2 margin below that, which the tiny pair does not have. The
 transformers backend batches ragged rows over one preallocated cache, in float32 within 1e-5
-of each call alone (tests/test_hf_batch.py); it runs here at B = 1, 3 and 8, and with its
-static one-token step (what a CUDA graph replays) at B = 8.
+of each call alone (tests/test_hf_batch.py); it runs here at B = 1, 3 and 8, with the ragged
+pass and with its static passes (every call padded to a bucketed shape: what its CUDA graphs
+replay, tests/test_hf_static.py).
 """
 
 from __future__ import annotations
@@ -82,10 +83,10 @@ ROUTERS = [
 ]
 
 
-# (backend, slots, how transformers runs a call where every slot feeds one token): the batched
-# transformers backend at B = 1, 3 and 8, its static one-token step (what a CUDA graph replays),
-# and llama.cpp
-SETTINGS = [("hf", 1, "ragged"), ("hf", 3, "ragged"), ("hf", 8, "ragged"), ("hf", 8, "static")]
+# (backend, slots, how transformers runs a pass of short feeds): the batched transformers backend
+# at B = 1, 3 and 8, ragged and static (every pass padded to a bucketed shape: what its CUDA
+# graphs replay), and llama.cpp
+SETTINGS = [("hf", b, step) for step in ("ragged", "static") for b in (1, 3, 8)]
 SETTINGS += [(kind, B, None) for kind in BACKENDS if kind != "hf"]
 
 
