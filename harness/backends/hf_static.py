@@ -12,7 +12,8 @@ A pass's shape (`Shape`) is four numbers, each from a small set, so a few graphs
             or, `gather`, the calls' slots in call order plus idle slots up to a power of two
             (`row_bucket`), their caches read by index, so a catch-up of a few generations at
             B = 64 does not compute 64 rows of padding.
-    keys    the key positions every row attends over (`key_bucket`: powers of two from 256).
+    keys    the key positions every row attends over: the calls' longest sequence rounded up
+            (`key_bucket`: powers of two from 256, at most the cache's capacity).
     gather  as above.
 
 Padding stays out of attention and out of the cache. Each row is left-padded to `feed`: its real
@@ -69,10 +70,10 @@ def feed_bucket(n: int) -> int | None:
 def row_bucket(n_calls: int, n_slots: int, feed: int) -> tuple[int, bool]:
     """(rows, gather) of a pass of n_calls calls over n_slots slots: every slot in order for a
     one-token step or calls of more than half the slots; else the next power of two of the
-    calls, at least one eighth of the slots (so B = 64 captures 8, 16, 32 and 64 rows)."""
+    calls, at least a quarter of the slots (so B = 64 captures 16, 32 and 64 rows)."""
     if feed == 1 or 2 * n_calls > n_slots:
         return n_slots, False
-    floor = _pow2(math.ceil(n_slots / 8))
+    floor = _pow2(math.ceil(n_slots / 4))
     return min(n_slots, max(floor, _pow2(n_calls))), True
 
 
@@ -138,7 +139,8 @@ class StaticSteps:
         b._ensure(len(b._sequences), max(lengths) + feed + 1)
         fed = [called.get(s, []) for s in slots]
         ids, pos = padded_rows(fed, lengths, feed)
-        top = max(length + max(len(f), 1) for length, f in zip(lengths, fed, strict=True))
+        # keys: the calls' own (a padding row's outputs are never read, whatever it sees)
+        top = max(c[0].length + len(c[1]) for c in calls)
         shape = Shape(rows, feed, key_bucket(top, b.kv.capacity), gather)
         where = {s: i for i, s in enumerate(slots)}
         return shape, (ids, pos, torch.tensor(slots)), [where[c[0].slot] for c in calls]
@@ -206,7 +208,8 @@ class StaticSteps:
         holds no capture."""
         b = self.backend
         n = b.n_active
-        b._ensure(len(b._sequences), tokens + FEED_BUCKETS[-1] + 1)
+        longest = max([tokens] + [s.length for s in b._sequences[:n]])
+        b._ensure(len(b._sequences), longest + FEED_BUCKETS[-1] + 1)
         keys, k = [], MIN_KEY_BUCKET
         while not keys or keys[-1] < key_bucket(tokens, b.kv.capacity):
             keys.append(key_bucket(k, b.kv.capacity))
