@@ -22,7 +22,8 @@ from harness.backends.hf_static import (
 from harness.core.loop import DecodeConfig
 from harness.core.scheduler import Job, generate_many
 from routers import get_router
-from tests.tiny import info, tiny_pair
+from tests.tiny import FEED_ROUNDS as ROUNDS
+from tests.tiny import info, prefixes, tiny_pair
 
 ATOL = 1e-5
 
@@ -39,25 +40,6 @@ def backend(model, step: str) -> HFBackend:
 def scratch(model, seq: list[int], rows: int):
     with torch.no_grad():
         return model(torch.tensor([seq])).logits[0, -rows:]
-
-
-def prefixes(n: int) -> list[list[int]]:
-    """n prompts of different lengths (3 to 3 + 2(n-1) tokens)."""
-    return [[(7 * i + j) % 120 + 3 for j in range(3 + 2 * i)] for i in range(n)]
-
-
-# rounds of (slot, tokens fed, rows asked for): catch-ups of 1 to 9 tokens and verifies of k + 1
-# rows in one pass, slots that sit a round out, and a crop (a rejected draft) between rounds
-ROUNDS = {
-    1: [[(0, 5, 5)], [(0, 1, 1)], [(0, 9, 1)]],
-    3: [[(0, 1, 1), (1, 5, 5), (2, 3, 1)], [(1, 2, 2), (2, 7, 1)], [(0, 4, 4), (1, 1, 1)]],
-    8: [
-        [(s, 1 + (3 * s) % 7, 1 + (3 * s) % 7 % 3) for s in range(8)],  # every slot: rows in slot order
-        [(1, 5, 5), (4, 2, 1), (6, 9, 1)],  # three of eight: gathered rows (4)
-        [(s, 1, 1) for s in range(8)],  # a one-token step
-        [(7, 3, 3)],  # one of eight: gathered rows (2, a quarter of the slots)
-    ],
-}
 
 
 @pytest.mark.parametrize("b", sorted(ROUNDS))
