@@ -414,3 +414,26 @@ def test_contention_is_measured_and_a_busy_machine_is_not_cached(tmp_path, monke
     record = batching.measured_quietly("x", lambda: {"v": 2}, tmp_path / "b")
     assert record == {"v": 2, "others_cores": 0.0}
     assert json.loads((tmp_path / "b").read_text()) == record
+
+
+@pytest.mark.parametrize("name,args", ROUTERS, ids=lambda x: str(x) if isinstance(x, str) else "")
+def test_overlapped_device_and_cpu_passes_equal_unbatched(name, args, tmp_path):
+    """Large as a model whose passes run while the host goes on (`launches`, transformers on
+    CUDA; here on the CPU, where the pass runs when issued): each round, the generations waiting
+    on large have their pass issued, those waiting on small run theirs, then large's outputs are
+    read. Every generation's tokens, provenance and passes are those it gets alone."""
+    backends = tiny_backends(kind="hf")
+    backends["large"].step = "static"
+    backends["large"].launches = True
+    launched = []
+    inner = backends["large"].launch_batch
+    backends["large"].launch_batch = lambda calls: launched.append(len(calls)) or inner(calls)
+    reward = tiny_reward()
+    backends["reward"] = RewardBackend(reward, model_info(reward, "tiny", "float32"))
+    per_role = {role: b.sequences(B) for role, b in backends.items()}
+    slots = [{role: seqs[i] for role, seqs in per_role.items()} for i in range(B)]
+    single = tiny_backends(kind="hf")
+    single["reward"] = RewardBackend(reward, model_info(reward, "tiny", "float32"))
+    compare(slots, single, make_router(name, args, tmp_path), DecodeConfig())
+    if name in ("random", "speculative", "citer", "reward", "query", "random_query"):
+        assert launched  # some of large's passes were issued beside small's

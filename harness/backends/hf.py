@@ -120,6 +120,8 @@ class HFBackend(HFSequence):
         # how a pass of short feeds runs (STEPS)
         self.step = step or ("graph" if self.device.type == "cuda" else "ragged")
         self.static = StaticSteps(self)
+        # whether a pass issued by `launch_batch` runs while the host goes on (CUDA)
+        self.launches = self.device.type == "cuda" and self.slotted
 
     def __getattr__(self, name: str):  # the owner has no one to defer to
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -188,16 +190,32 @@ class HFBackend(HFSequence):
         `TokenStats` at level "stats" / "argmax", and hidden [n_rows, H] or None."""
         if not self.slotted:  # one call at a time, each on its own DynamicCache
             return [c[0].forward(c[1], c[2], c[3]) for c in calls]
+        return self._outputs(calls, *self._issue(calls))
+
+    @torch.inference_mode()
+    def launch_batch(self, calls):
+        """`forward_batch` in two halves: the pass is issued now and the returned function
+        reads its outputs. On CUDA (`launches`) the device runs the pass while the host does
+        other work (the scheduler runs a CPU model's pass meanwhile); the function waits for it."""
+        if not self.slotted:
+            out = self.forward_batch(calls)
+            return lambda: out
+        issued = self._issue(calls)
+        return torch.inference_mode()(lambda: self._outputs(calls, *issued))
+
+    def _issue(self, calls):
+        """The calls' pass, issued (static or ragged); the slots' lengths advanced. Returns the
+        device tensors `_outputs` reads."""
         for _, ids, n_rows, *_ in calls:
             if not 1 <= n_rows <= len(ids):
                 raise ValueError(f"n_rows must be in 1..{len(ids)}, got {n_rows}")
         longest = max(len(c[1]) for c in calls)
         self._ensure(len(self._sequences), max(c[0].length for c in calls) + longest + 1)
         out = self.static.run(calls) if self.step != "ragged" else None
-        logits, hid, stats = out if out is not None else self._ragged(calls)
+        out = out if out is not None else self._ragged(calls)
         for seq, ids, *_ in calls:
             seq.length += len(ids)
-        return self._outputs(calls, logits, hid, stats)
+        return out
 
     # --- the ragged pass (any calls) ------------------------------------------------------
 

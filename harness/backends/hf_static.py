@@ -108,18 +108,20 @@ class StaticSteps:
         if planned is None:
             return None
         shape, inputs, row_of = planned
+        dev = self.backend.device
+        # every host-to-device copy before the pass: after it, one would wait for the device
+        idx = torch.tensor(row_of).to(dev, non_blocking=True)
         graph = None
         if self.backend.step == "graph":
             graph = self.graphs[shape] if shape in self.graphs else self._capture(shape, inputs)
         if graph is None:
-            dev = self.backend.device
-            out = self.forward(*(t.to(dev) for t in inputs), shape)
+            out = self.forward(*(t.to(dev, non_blocking=True) for t in inputs), shape)
         else:
             g, static, out = graph
             for into, value in zip(static, inputs, strict=True):
                 into.copy_(value, non_blocking=True)
             g.replay()
-        return self._select(calls, out, row_of, shape)
+        return self._select(calls, out, idx, shape)
 
     def plan(self, calls):
         """(shape, (ids, pos, slots) on the host, each call's row), or None (see `run`)."""
@@ -156,11 +158,10 @@ class StaticSteps:
         hid = hid[:, -shape.keep :]
         return (logits, hid, *summary_tensors(logits.reshape(-1, logits.shape[-1]), "stats"))
 
-    def _select(self, calls, out, row_of: list[int], shape: Shape):
-        """The calls' rows of a static pass's outputs, in call order (logits gathered only when
-        a call reads them whole)."""
+    def _select(self, calls, out, idx: torch.Tensor, shape: Shape):
+        """The calls' rows (`idx`, on the device) of a static pass's outputs, in call order
+        (logits gathered only when a call reads them whole)."""
         logits, hid, *stats = out
-        idx = torch.tensor(row_of, device=self.backend.device)
         whole = any(len(c) < 5 or c[4] == FULL for c in calls)
         return (
             logits.index_select(0, idx) if whole else logits,

@@ -79,6 +79,7 @@ ROUTERS = (  # (row, router, arguments); entropy's threshold is set per run
     ("speculative k=4", "speculative", {"k": 4}),
 )
 SECTIONS = ("generate", "core", "llama.cpp", "seeds")  # what one run can measure, in order
+WRAPPED = ("forward_batch", "launch_batch")  # the passes a `PassTimer` times
 ENTROPY_QUANTILE = 0.8  # entropy defers the top 20% of small's entropies
 
 
@@ -107,20 +108,42 @@ class PassTimer:
     passes: list[PassRecord] = field(default_factory=list)
 
     def wrap(self, role: str, owner) -> None:
+        """Time `owner`'s passes: `forward_batch`, and `launch_batch` (a pass issued now and
+        read later: timed from issue to outputs, so a device pass that ran beside a CPU pass
+        counts the time they overlapped)."""
         inner = owner.forward_batch
 
         def timed(calls, inner=inner):
-            prefill = any(getattr(c[0], "length", 1) == 0 for c in calls)
             owner.sync()
             t0 = time.perf_counter()
             out = inner(calls)
             owner.sync()
-            feed = max(len(c[1]) for c in calls)
-            self.passes.append(PassRecord(role, len(calls), feed, prefill,
-                                          time.perf_counter() - t0))  # fmt: skip
+            self._record(role, calls, t0)
             return out
 
         owner.forward_batch = timed  # the instance's: scheduler and sequences call this one
+        if hasattr(owner, "launch_batch"):
+            launch = owner.launch_batch
+
+            def launched(calls, launch=launch):
+                t0 = time.perf_counter()
+                read = launch(calls)
+
+                def timed_read():
+                    out = read()
+                    owner.sync()
+                    self._record(role, calls, t0)
+                    return out
+
+                return timed_read
+
+            owner.launch_batch = launched
+
+    def _record(self, role: str, calls, t0: float) -> None:
+        # lengths have advanced by the pass's feeds: a prompt's call now holds exactly its ids
+        prefill = any(getattr(c[0], "length", -1) == len(c[1]) for c in calls)
+        feed = max(len(c[1]) for c in calls)
+        self.passes.append(PassRecord(role, len(calls), feed, prefill, time.perf_counter() - t0))
 
     def seconds(self) -> float:
         return sum(p.seconds for p in self.passes)
@@ -144,7 +167,7 @@ def core_run(backends: dict, router, b: int, s: Settings, tokens: int, seed: int
     owners = {}
     for role, backend in backends.items():
         owner = getattr(backend, "owner", backend)
-        owners[role] = (owner, owner.__dict__.get("forward_batch"))
+        owners[role] = (owner, {k: owner.__dict__.get(k) for k in WRAPPED})
         timer.wrap(role, owner)
     slots = _slots(backends, b)
     cfg = DecodeConfig(max_new_tokens=tokens, seed=seed)
@@ -160,9 +183,10 @@ def core_run(backends: dict, router, b: int, s: Settings, tokens: int, seed: int
         wall = time.perf_counter() - t0
     finally:
         for owner, own in owners.values():  # unwrap
-            owner.__dict__.pop("forward_batch", None)
-            if own is not None:
-                owner.forward_batch = own
+            for k, method in own.items():
+                owner.__dict__.pop(k, None)
+                if method is not None:
+                    setattr(owner, k, method)
     bad = [g for g in gens if isinstance(g, BaseException)]
     if bad:
         raise bad[0]
