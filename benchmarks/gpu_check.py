@@ -67,8 +67,11 @@ def score_router_checks(gpu: dict, cpu: dict, cfg: DecodeConfig, check) -> None:
             bool((g.argmax == c.argmax).all())
             for g, c in zip(rows["gpu"], rows["cpu"], strict=True)
         )
-        check(f"small's {field} on GPU = on CPU, {len(PROMPTS)} prompts",
-              same_argmax and err < 1e-5, f"max |diff| {err:.2e}")  # fmt: skip
+        check(
+            f"small's {field} on GPU = on CPU, {len(PROMPTS)} prompts",
+            same_argmax and err < 1e-5,
+            f"max |diff| {err:.2e}",
+        )
     for router, field in SCORE_ROUTERS:
         v = torch.cat([getattr(c, field) for c in rows["cpu"]]).sort().values
         threshold = float(v[len(v) // 2 - 1] + v[len(v) // 2]) / 2  # between two rows, on none
@@ -80,8 +83,11 @@ def score_router_checks(gpu: dict, cpu: dict, cfg: DecodeConfig, check) -> None:
             same &= (g.token_ids, g.provenance) == (c.token_ids, c.provenance)
             deferred += sum(c.provenance)  # 1 = a token large wrote
             total += len(c.provenance)
-        check(f"{router} threshold {threshold:.4f} on GPU = on CPU, {len(PROMPTS)} prompts",
-              same and 0 < deferred < total, f"{deferred}/{total} tokens by large")  # fmt: skip
+        check(
+            f"{router} threshold {threshold:.4f} on GPU = on CPU, {len(PROMPTS)} prompts",
+            same and 0 < deferred < total,
+            f"{deferred}/{total} tokens by large",
+        )
 
 
 def static_pass_checks(check) -> None:
@@ -91,8 +97,9 @@ def static_pass_checks(check) -> None:
     the CPU): every logits and hidden row asked for, and a step after the rounds."""
     large = tiny_pair(2)[1].to("cuda")
     for b, rounds in FEED_ROUNDS.items():
-        paths = {step: HFBackend(large, info("large", large), step=step)
-                 for step in ("ragged", "graph")}  # fmt: skip
+        paths = {
+            step: HFBackend(large, info("large", large), step=step) for step in ("ragged", "graph")
+        }
         seqs = {step: bk.sequences(b) for step, bk in paths.items()}
         for step in paths:
             for s, p in zip(seqs[step], prefixes(b), strict=True):
@@ -100,19 +107,26 @@ def static_pass_checks(check) -> None:
         g, worst = torch.Generator().manual_seed(b), 0.0
         for calls in rounds:
             feeds = {s: torch.randint(3, 120, (n,), generator=g).tolist() for s, n, _ in calls}
-            out = {step: bk.forward_batch([(seqs[step][s], feeds[s], r, True) for s, _, r in calls])
-                   for step, bk in paths.items()}  # fmt: skip
+            out = {
+                step: bk.forward_batch([(seqs[step][s], feeds[s], r, True) for s, _, r in calls])
+                for step, bk in paths.items()
+            }
             for got, want in zip(out["graph"], out["ragged"], strict=True):
-                worst = max(worst, float((got[0] - want[0]).abs().max()),
-                            float((got[1] - want[1]).abs().max()))  # fmt: skip
+                worst = max(
+                    worst,
+                    float((got[0] - want[0]).abs().max()),
+                    float((got[1] - want[1]).abs().max()),
+                )
         after = {step: seqs[step][b - 1].forward([11], 1)[0] for step in paths}
         worst = max(worst, float((after["graph"] - after["ragged"]).abs().max()))
         graph = paths["graph"]
         feeds = sorted({shape.feed for shape, v in graph.graphs.items() if v is not None})
-        check(f"captured static passes = ragged pass, B = {b}, feeds {feeds}",
-              worst < 1e-4 and not graph.graph_failures and max(feeds, default=0) > 1,
-              f"max |diff| {worst:.2e}, {len(graph.graphs)} graphs, "
-              f"failures: {graph.graph_failures or 'none'}")  # fmt: skip
+        check(
+            f"captured static passes = ragged pass, B = {b}, feeds {feeds}",
+            worst < 1e-4 and not graph.graph_failures and max(feeds, default=0) > 1,
+            f"max |diff| {worst:.2e}, {len(graph.graphs)} graphs, "
+            f"failures: {graph.graph_failures or 'none'}",
+        )
 
 
 def main() -> int:
@@ -138,12 +152,16 @@ def main() -> int:
             ("speculative", {"adaptive": True, "schedule": "heuristic"}, "large"),
         ):
             g = generate(gpu, get_router(row, args), p, cfg)
-            check(f"{row} {args} = {want}'s greedy, prompt of {len(p)}",
-                  list(g.token_ids) == ref[want])  # fmt: skip
+            check(
+                f"{row} {args} = {want}'s greedy, prompt of {len(p)}",
+                list(g.token_ids) == ref[want],
+            )
         on_gpu = generate(gpu, get_router("random", {"p": 0.3}), p, cfg)
         on_cpu = generate(cpu, get_router("random", {"p": 0.3}), p, cfg)
-        check(f"random p=0.3 on GPU = on CPU, prompt of {len(p)}",
-              (on_gpu.token_ids, on_gpu.provenance) == (on_cpu.token_ids, on_cpu.provenance))  # fmt: skip
+        check(
+            f"random p=0.3 on GPU = on CPU, prompt of {len(p)}",
+            (on_gpu.token_ids, on_gpu.provenance) == (on_cpu.token_ids, on_cpu.provenance),
+        )
     score_router_checks(gpu, cpu, cfg, check)
     static_pass_checks(check)
     # rollback: feed 3 tokens, crop 2 of them, feed 2 others = a fresh pass over the same tokens

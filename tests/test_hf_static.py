@@ -59,8 +59,10 @@ def test_padded_bucketed_passes_equal_the_ragged_pass(pair, b):
         feeds = {s: torch.randint(3, 120, (n,), generator=g).tolist() for s, n, _ in calls}
         out = {}
         for step, bk in paths.items():
-            batch = [(seqs[step][s], feeds[s], rows, True, ("full", "stats")[i % 2])
-                     for i, (s, _, rows) in enumerate(calls)]  # fmt: skip
+            batch = [
+                (seqs[step][s], feeds[s], rows, True, ("full", "stats")[i % 2])
+                for i, (s, _, rows) in enumerate(calls)
+            ]
             if step == "static":
                 shapes.add(bk.static.plan(batch)[0])
             out[step] = bk.forward_batch(batch)
@@ -129,8 +131,10 @@ def test_generations_through_static_passes_equal_the_ragged_ones(pair, name, arg
     jobs = [Job(i, p, DecodeConfig(max_new_tokens=10 + 3 * i)) for i, p in enumerate(prefixes(5))]
     results = {}
     for step in ("ragged", "static"):
-        models = {"small": HFBackend(small, info("small", small), step=step),
-                  "large": HFBackend(large, info("large", large), step=step)}  # fmt: skip
+        models = {
+            "small": HFBackend(small, info("small", small), step=step),
+            "large": HFBackend(large, info("large", large), step=step),
+        }
         per_role = {r: m.sequences(3) for r, m in models.items()}
         slots = [{r: seqs[i] for r, seqs in per_role.items()} for i in range(3)]
         gens = generate_many(slots, get_router(name, args), jobs)

@@ -153,8 +153,9 @@ class StaticSteps:
         first `shape.keys`. Returns (logits [rows, keep, V], hidden [rows, keep, H], summary
         tensors [rows * keep]): static shapes, no host synchronization, so CUDA can capture it."""
         read = slots if shape.gather else slice(0, shape.rows)
-        logits, hid = self.backend._pass(ids, pos, slots[:, None], read, shape.keys,
-                                         shape.keep, True)  # fmt: skip
+        logits, hid = self.backend._pass(
+            ids, pos, slots[:, None], read, shape.keys, shape.keep, True
+        )
         hid = hid[:, -shape.keep :]
         return (logits, hid, *summary_tensors(logits.reshape(-1, logits.shape[-1]), "stats"))
 
@@ -191,8 +192,9 @@ class StaticSteps:
         except Exception as e:  # noqa: BLE001 - fall back to eager, and say so
             self.graphs[shape] = None
             self.failures.append(f"{shape.describe()}: {type(e).__name__}: {e}")
-            print(f"(CUDA graph capture failed, {shape.describe()} run eagerly: {e})",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"(CUDA graph capture failed, {shape.describe()} run eagerly: {e})", file=sys.stderr
+            )
             return None
         self.graphs[shape] = (g, static, out)
         return self.graphs[shape]

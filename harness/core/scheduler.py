@@ -107,8 +107,9 @@ def generate_many(
             device, cpu = (owner, partner) if _launches(owner) else (partner, owner)
             on_device, on_cpu = _group(active, device), _group(active, cpu)
             collect = _launched(device, [active[i][2] for i in on_device], clock)
-            done = list(zip(on_cpu, _run_group(cpu, [active[i][2] for i in on_cpu], clock),
-                            strict=True))  # fmt: skip
+            done = list(
+                zip(on_cpu, _run_group(cpu, [active[i][2] for i in on_cpu], clock), strict=True)
+            )
             done += zip(on_device, collect(), strict=True)
         for i, result in done:
             yield from _advance(active, free, i, result)

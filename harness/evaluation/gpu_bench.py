@@ -58,7 +58,8 @@ from harness.backends.hf_static import FEED_BUCKETS, feed_bucket
 from harness.core.loop import DecodeConfig
 from harness.core.scheduler import Job, generate_many
 from harness.core.stats import summarize
-from harness.evaluation.gpu_reference import batch_numerics, hf_generate_rows, progress, prompts
+from harness.evaluation.gpu_reference import batch_numerics, hf_generate_rows, prompts
+from harness.evaluation.gpu_tables import details, progress, table  # noqa: F401 (the CLI's)
 from harness.evaluation.random_pair import (
     gguf_of,
     hf_backend,
@@ -223,9 +224,11 @@ def warm(backends: dict, b: int, s: Settings, tokens: int) -> dict:
             before, t0 = len(bk.graph_failures), time.perf_counter()
             bk.capture_steps(s.prompt_tokens + tokens)
             bk.sync()
-            captures[role] = {"capture_s": round(time.perf_counter() - t0, 2),
-                              "graphs_by_feed": bk.static.captured(),
-                              "failures": bk.graph_failures[before:]}  # fmt: skip
+            captures[role] = {
+                "capture_s": round(time.perf_counter() - t0, 2),
+                "graphs_by_feed": bk.static.captured(),
+                "failures": bk.graph_failures[before:],
+            }
     core_run(backends, get_router("large"), b, s, 2, s.seed + 99)
     if "small" in backends:
         core_run(backends, get_router("small"), b, s, 2, s.seed + 99)
@@ -262,8 +265,15 @@ class Budget:
         return False
 
 
-def core_rows(backends: dict, s: Settings, tokens: int, threshold: float, label: str, budget,
-              captures: list | None = None):  # fmt: skip
+def core_rows(
+    backends: dict,
+    s: Settings,
+    tokens: int,
+    threshold: float,
+    label: str,
+    budget,
+    captures: list | None = None,
+):
     """Every router at every batch size on `backends`, each with the cost model beside it;
     the graphs captured before each batch size go to `captures`."""
     rows = []
@@ -280,8 +290,9 @@ def core_rows(backends: dict, s: Settings, tokens: int, threshold: float, label:
             runs[name] = core_run(backends, get_router(router, args), b, s, tokens, s.seed)
         steps = {"small": runs["small-only"]["t_small"], "large": runs["large-only"]["t_large"]}
         for name, r in runs.items():
-            rows.append({"setting": label, "B": b, "config": name, **_rounded(r),
-                         **cost_model(r, steps)})  # fmt: skip
+            rows.append(
+                {"setting": label, "B": b, "config": name, **_rounded(r), **cost_model(r, steps)}
+            )
         print(progress(rows[-len(ROUTERS) :]), flush=True)
     return rows
 
@@ -314,8 +325,13 @@ def _rounded(r: dict) -> dict:
 def bench(s: Settings, configs: dict, out: Path | None) -> dict:
     """Every section of the module docstring, in order, within the time budget."""
     start, budget = time.perf_counter(), Budget(s.budget_s)
-    result = {"settings": _describe(s), "versions": _versions(), "rows": [],
-              "skipped": budget.skipped, "captures": []}  # fmt: skip
+    result = {
+        "settings": _describe(s),
+        "versions": _versions(),
+        "rows": [],
+        "skipped": budget.skipped,
+        "captures": [],
+    }
 
     def save() -> None:  # after every section: a run cut short keeps what it measured
         result["seconds"] = round(time.perf_counter() - start, 1)
@@ -327,8 +343,10 @@ def bench(s: Settings, configs: dict, out: Path | None) -> dict:
     # room for the longest static pass's padding past a sequence's end: no cache regrowth (which
     # drops the graphs) in a timed run
     n_ctx = s.prompt_tokens + max(s.new_tokens, s.seeds_tokens) + 16 + FEED_BUCKETS[-1]
-    models = {role: random_model(configs[role], s.device, s.dtype, s.seed + i)
-              for i, role in enumerate(("small", "large"))}  # fmt: skip
+    models = {
+        role: random_model(configs[role], s.device, s.dtype, s.seed + i)
+        for i, role in enumerate(("small", "large"))
+    }
     if "generate" in s.sections:
         print("transformers generate ...", flush=True)
         result["rows"] += hf_generate_rows(models["large"], s, budget)
@@ -343,10 +361,13 @@ def bench(s: Settings, configs: dict, out: Path | None) -> dict:
         result["rows"] += rows
         result[f"memory_B{max(s.batches)}"] = _memory(rows, max(s.batches), hf)
     result["graphs"] = {  # static passes captured as CUDA graphs, and any that fell back
-        role: {"step": b.step, "captured": sum(g is not None for g in b.graphs.values()),
-               "failures": b.graph_failures}
+        role: {
+            "step": b.step,
+            "captured": sum(g is not None for g in b.graphs.values()),
+            "failures": b.graph_failures,
+        }
         for role, b in hf.items()
-    }  # fmt: skip
+    }
     save()
     why = llamacpp_status(gpu)
     result["llama.cpp"] = why or "available"
@@ -361,8 +382,9 @@ def bench(s: Settings, configs: dict, out: Path | None) -> dict:
         save()
     if "seeds" in s.sections and budget.allows("seeds' setting"):
         print("seeds' setting: small on the CPU, large on the GPU ...", flush=True)
-        result["rows"] += seeds_rows(configs, models["large"], s, folder, threshold, n_ctx, budget,
-                                     result["captures"])  # fmt: skip
+        result["rows"] += seeds_rows(
+            configs, models["large"], s, folder, threshold, n_ctx, budget, result["captures"]
+        )
     save()
     return result
 
@@ -372,8 +394,9 @@ def _quant(path: Path) -> str:
     return path.stem.rsplit("-", 1)[-1]
 
 
-def seeds_rows(configs, large, s: Settings, folder: Path, threshold: float, n_ctx: int, budget,
-               captures: list):  # fmt: skip
+def seeds_rows(
+    configs, large, s: Settings, folder: Path, threshold: float, n_ctx: int, budget, captures: list
+):
     """Small on the CPU (llama.cpp, Q8_0, where installed; else transformers), large on the
     pair's device (transformers), per stream and batched."""
     small = random_model(configs["small"], "cpu", torch.float32, s.seed)
@@ -381,8 +404,9 @@ def seeds_rows(configs, large, s: Settings, folder: Path, threshold: float, n_ct
     large_b = hf_backend(large, "large", n_ctx)
     if not llamacpp_status(gpu=False):
         path = gguf_of(small, folder, "small", s.threads, quantize=True)
-        small_b = llamacpp_backends({"small": path}, {"small": "cpu"}, max(s.seeds_batches),
-                                    n_ctx, s.threads)["small"]  # fmt: skip
+        small_b = llamacpp_backends(
+            {"small": path}, {"small": "cpu"}, max(s.seeds_batches), n_ctx, s.threads
+        )["small"]
         label = f"seeds: small llama.cpp CPU ({_quant(path)}), large hf {s.device}"
     else:
         small_b = hf_backend(small.to(torch.bfloat16), "small", n_ctx)
@@ -413,51 +437,8 @@ def _describe(s: Settings) -> dict:
 def _versions() -> dict:
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "python": sys.version.split()[0]}  # fmt: skip
-
-
-COLUMNS = ("setting", "B", "config", "tok_s", "large_token_share", "cost_model_tok_s",
-           "measured_over_cost_model", "measured_over_passes")  # fmt: skip
-
-
-def table(result: dict) -> str:
-    """The rows as one markdown table (what docs/speed.md's GPU table is made from)."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in result["rows"]:
-        lines.append("| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |")
-    for k, v in result.items():
-        if k.startswith("memory_"):
-            lines.append(f"\n{k}: " + ", ".join(f"{a} {b / 2**30:.2f} GiB" for a, b in v.items()))
-    return "\n".join(lines)
-
-
-def details(result: dict) -> str:
-    """What the captured path did, as markdown: the graphs captured before each batch size (by
-    feed bucket), how long capturing took and any capture that failed, with its reason; and per
-    row, each model's decode passes by feed bucket (passes x median ms), beside the cost model
-    that prices every one of them at the one-token step."""
-    lines = []
-    for c in result.get("captures", []):
-        for role, v in c.items():
-            if isinstance(v, dict):
-                feeds = ", ".join(f"{f}: {n}" for f, n in sorted(v["graphs_by_feed"].items(),
-                                                                 key=lambda x: int(x[0])))  # fmt: skip
-                failed = "; ".join(v["failures"]) or "none failed"
-                lines.append(f"- {c['setting']} B={c['B']} {role}: graphs by feed bucket "
-                             f"{feeds or 'none'}, captured in {v['capture_s']} s; {failed}")  # fmt: skip
-    rows = [r for r in result["rows"] if "feed_buckets" in r]
-    if rows:
-        lines += ["", "| setting | B | config | small passes by feed | large passes by feed |",
-                  "|---|---|---|---|---|"]  # fmt: skip
-        for r in rows:
-            cells = [_feeds(r["feed_buckets"].get(m, {})) for m in ("small", "large")]
-            lines.append(f"| {r['setting']} | {r['B']} | {r['config']} | " + " | ".join(cells)
-                         + " |")  # fmt: skip
-    return "\n".join(lines)
-
-
-def _feeds(buckets: dict) -> str:
-    return ", ".join(
-        f"{b}: {v['passes']} x {v['median_s'] * 1e3:.2f} ms" for b, v in buckets.items()
-    )
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+    }

@@ -10,19 +10,12 @@ import time
 import torch
 
 from harness.backends.hf import HFBackend
+from harness.evaluation.gpu_tables import progress
 
 
 def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(10, vocab, (n, length), generator=g).tolist()
-
-
-def progress(rows) -> str:
-    return "\n".join(
-        f"  {r['setting']} B={r['B']} {r['config']}: {r['tok_s']} tok/s"
-        + (f" (cost model {r['cost_model_tok_s']})" if "cost_model_tok_s" in r else "")
-        for r in rows
-    )
 
 
 def batch_numerics(backend: HFBackend, n: int = 8, seed: int = 0) -> dict:
@@ -33,10 +26,12 @@ def batch_numerics(backend: HFBackend, n: int = 8, seed: int = 0) -> dict:
     g = torch.Generator().manual_seed(seed)
     vocab = backend.n_vocab
     group = [
-        (torch.randint(10, vocab, (int(torch.randint(1, 40, (1,), generator=g)),), generator=g),
-         torch.randint(10, vocab, (1 + i % 5,), generator=g).tolist())
+        (
+            torch.randint(10, vocab, (int(torch.randint(1, 40, (1,), generator=g)),), generator=g),
+            torch.randint(10, vocab, (1 + i % 5,), generator=g).tolist(),
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
     seqs = backend.sequences(n)
     for s, (prefix, _) in zip(seqs, group, strict=True):
         s.reset()
@@ -53,8 +48,13 @@ def batch_numerics(backend: HFBackend, n: int = 8, seed: int = 0) -> dict:
         rows += len(new)
     for s in seqs:
         s.reset()
-    return {"dtype": str(backend.model.dtype).replace("torch.", ""), "calls": n, "rows": rows,
-            "max_abs_logit_diff": worst, "argmax_flips": flips}  # fmt: skip
+    return {
+        "dtype": str(backend.model.dtype).replace("torch.", ""),
+        "calls": n,
+        "rows": rows,
+        "max_abs_logit_diff": worst,
+        "argmax_flips": flips,
+    }
 
 
 def hf_generate_rows(model, s, budget) -> list[dict]:
@@ -72,9 +72,15 @@ def hf_generate_rows(model, s, budget) -> list[dict]:
             for _ in range(runs):
                 t = _timed_generate(model, ids, s.new_tokens, kw)
             label = "static, compiled" if s.device.startswith("cuda") else "static (CPU: eager)"
-            rows.append({"setting": "transformers generate (large)", "B": b,
-                         "config": "eager" if mode == "eager" else label,
-                         "tok_s": round(b * s.new_tokens / t, 1), "wall_s": round(t, 3)})  # fmt: skip
+            rows.append(
+                {
+                    "setting": "transformers generate (large)",
+                    "B": b,
+                    "config": "eager" if mode == "eager" else label,
+                    "tok_s": round(b * s.new_tokens / t, 1),
+                    "wall_s": round(t, 3),
+                }
+            )
             print(progress(rows[-1:]), flush=True)
     return rows
 
@@ -84,9 +90,15 @@ def _timed_generate(model, ids, n: int, kw: dict) -> float:
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-            do_sample=False, eos_token_id=None, pad_token_id=0, **kw,
-        )  # fmt: skip
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+            **kw,
+        )
     _sync(model.device)
     assert out.shape[1] == ids.shape[1] + n
     return time.perf_counter() - t0
