@@ -63,8 +63,9 @@ def test_padded_bucketed_passes_equal_the_ragged_pass(pair, b):
                 (seqs[step][s], feeds[s], rows, True, ("full", "stats")[i % 2])
                 for i, (s, _, rows) in enumerate(calls)
             ]
-            if step == "static":
-                shapes.add(bk.static.plan(batch)[0])
+            planned = bk.static.plan(batch) if step == "static" else None
+            if planned:  # (a feed past the largest bucket runs in chunks, each planned)
+                shapes.add(planned[0])
             out[step] = bk.forward_batch(batch)
         for (_, _, rows), got, want in zip(calls, out["static"], out["ragged"], strict=True):
             if isinstance(want[0], torch.Tensor):
@@ -104,15 +105,22 @@ def test_buckets():
     assert Shape(4, 32, 256, True).keep == MAX_KEEP and Shape(4, 2, 256, True).keep == 2
 
 
-def test_long_feeds_and_many_rows_run_the_ragged_pass(pair):
-    """A feed past the largest bucket (a prompt), or more rows than a pass keeps, is not static."""
+def test_long_feeds_run_in_chunks_and_many_rows_ragged(pair):
+    """A feed past the largest bucket (a prompt) is fed in chunks of it, each a static pass; a
+    call asking for more rows than its last chunk holds runs the ragged pass."""
     bk = backend(pair[1], "static")
-    long = list(range(3, 3 + FEED_BUCKETS[-1] + 1))
-    assert bk.static.plan([(bk, long, 1, False)]) is None
+    long = list(range(3, 3 + FEED_BUCKETS[-1] + 8))
+    assert bk.static.plan([(bk, long, 1, False)]) is None  # no one static pass holds it
     assert bk.static.plan([(bk, long[:16], MAX_KEEP + 1, False)]) is None
     assert bk.static.plan([(bk, long[:16], MAX_KEEP, False)]) is not None
+    bk.sequences(1)
+    passes = bk._issue([(bk, long, 2, False)])
+    assert [len(sub[0][1]) for _, sub, _ in passes] == [FEED_BUCKETS[-1], 8]
+    bk.reset()
     got, _ = bk.forward(long, 2)
     torch.testing.assert_close(got, scratch(pair[1], long, 2), atol=ATOL, rtol=0)
+    bk.reset()
+    assert len(bk._issue([(bk, long, 9, False)])) == 1  # 9 rows > the last chunk's 8: ragged
 
 
 ROUTERS = [

@@ -18,8 +18,8 @@ On CUDA every pass whose calls feed up to 32 tokens each (decode steps, a model 
 the other's tokens, a verify of k + 1 drafted tokens) runs as a static pass of a bucketed shape
 (`harness.backends.hf_static`: feed length, rows and key length each rounded up to a bucket,
 rows left-padded, padding kept out of attention and out of the cache) replayed as a captured
-CUDA graph (`torch.cuda.CUDAGraph`), so a pass is not bound by kernel launches. Longer feeds
-(prompts) run the ragged pass eagerly. On a CPU `step="static"` runs the same padded function
+CUDA graph (`torch.cuda.CUDAGraph`), so a pass is not bound by kernel launches. A longer feed
+(a prompt) is fed in chunks of 32 tokens, each such a pass (`_issue`). On a CPU `step="static"` runs the same padded function
 eagerly, so tests check that it equals the ragged pass (tests/test_hf_static.py).
 
 Outputs: full logits rows as float32 on CPU, or their summary computed on the model's device
@@ -41,7 +41,7 @@ import copy
 
 import torch
 
-from harness.backends.hf_static import StaticSteps
+from harness.backends.hf_static import FEED_BUCKETS, StaticSteps
 from harness.backends.kv_slots import SlotCache, key_bucket, supports_slots  # noqa: F401
 from harness.core.records import ModelInfo
 from harness.core.stats import ARGMAX, FULL, LEVELS, TokenStats, summary_tensors
@@ -190,7 +190,7 @@ class HFBackend(HFSequence):
         `TokenStats` at level "stats" / "argmax", and hidden [n_rows, H] or None."""
         if not self.slotted:  # one call at a time, each on its own DynamicCache
             return [c[0].forward(c[1], c[2], c[3]) for c in calls]
-        return self._outputs(calls, *self._issue(calls))
+        return self._read(calls, self._issue(calls))
 
     @torch.inference_mode()
     def launch_batch(self, calls):
@@ -201,21 +201,59 @@ class HFBackend(HFSequence):
             out = self.forward_batch(calls)
             return lambda: out
         issued = self._issue(calls)
-        return torch.inference_mode()(lambda: self._outputs(calls, *issued))
+        return torch.inference_mode()(lambda: self._read(calls, issued))
 
-    def _issue(self, calls):
-        """The calls' pass, issued (static or ragged); the slots' lengths advanced. Returns the
-        device tensors `_outputs` reads."""
+    def _issue(self, calls) -> list:
+        """The calls' passes, issued; the slots' lengths advanced. One pass (static or ragged),
+        or with static passes, a call feeding more than the largest feed bucket (a prompt) fed
+        in chunks of it, each chunk a static pass (the other calls ride in the first). Returns
+        per pass (which calls end in it, its calls, the device tensors `_outputs` reads)."""
         for _, ids, n_rows, *_ in calls:
             if not 1 <= n_rows <= len(ids):
                 raise ValueError(f"n_rows must be in 1..{len(ids)}, got {n_rows}")
         longest = max(len(c[1]) for c in calls)
         self._ensure(len(self._sequences), max(c[0].length for c in calls) + longest + 1)
+        size = FEED_BUCKETS[-1]
+        chunks = [[c[1][i : i + size] for i in range(0, len(c[1]), size)] for c in calls]
+        if (
+            self.step == "ragged"
+            or longest <= size
+            or any(c[2] > len(ch[-1]) for c, ch in zip(calls, chunks, strict=True))
+        ):  # one pass; rows asked for past the last chunk (a query router's prompt) run ragged
+            return [(list(range(len(calls))), calls, self._pass_of(calls))]
+        passes = []
+        for i in range(max(map(len, chunks))):
+            idx = [j for j, ch in enumerate(chunks) if len(ch) > i]
+            last = [len(chunks[j]) == i + 1 for j in idx]
+            sub = [
+                (calls[j][0], chunks[j][i]) + (calls[j][2:] if end else (1, False, ARGMAX))
+                for j, end in zip(idx, last, strict=True)
+            ]
+            passes.append(
+                (
+                    [j if end else None for j, end in zip(idx, last, strict=True)],
+                    sub,
+                    self._pass_of(sub),
+                )
+            )
+        return passes
+
+    def _pass_of(self, calls):
+        """One pass of the calls, static where a static shape holds them, else ragged."""
         out = self.static.run(calls) if self.step != "ragged" else None
         out = out if out is not None else self._ragged(calls)
         for seq, ids, *_ in calls:
             seq.length += len(ids)
         return out
+
+    def _read(self, calls, passes) -> list:
+        """Each call's outputs (`_outputs`) from the pass its feed ended in."""
+        results = [None] * len(calls)
+        for ends, sub, out in passes:
+            for j, result in zip(ends, self._outputs(sub, *out), strict=True):
+                if j is not None:
+                    results[j] = result
+        return results
 
     # --- the ragged pass (any calls) ------------------------------------------------------
 

@@ -6,7 +6,8 @@ A pass's shape (`Shape`) is four numbers, each from a small set, so a few graphs
 
     feed    tokens every row feeds: the longest call's count rounded up to a FEED_BUCKETS entry
             (1: the decode step; 2-32: a model catching up on j tokens the other wrote, a
-            verify of k + 1 drafted tokens). Longer feeds (prompts) run the ragged eager pass.
+            verify of k + 1 drafted tokens). The backend feeds a longer one (a prompt) in
+            chunks of the largest bucket, each a static pass.
     rows    batch rows. Row i is slot i for every slot in use (calls of more than half the
             slots, and every one-token step: a slot with no call feeds padding at its own end),
             or, `gather`, the calls' slots in call order plus idle slots up to a power of two
