@@ -8,6 +8,10 @@ The loop (`harness.core.loop.decode_steps`) yields each model call a generation 
                                              they wait on are grouped by model and each group
                                              runs as ONE batched call (`forward_batch`)
 
+With one model on a CUDA device and the other on the CPU (the seeds' setting), a round runs
+both: the device model's batched pass is issued (`launch_batch`), the CPU model's runs while the
+device works, then the device's outputs are read, so neither sits idle while the other works.
+
 B = 1 is `generate` exactly: a generation's tokens depend only on the outputs it is sent.
 """
 
@@ -79,7 +83,8 @@ def generate_many(
     Each slot is one generation's models (role -> backend; `Engine.slots`), and each generation
     has its own copy of `router` (or of the job's own `router`). A freed slot takes the next job
     at once. Each round, the model with the most generations waiting on it runs their calls as
-    one batched call (`backend.forward_batch` where the backend batches, else one at a time).
+    one batched call (`backend.forward_batch` where the backend batches, else one at a time),
+    beside a model on the other side of a CPU/device split, if any waits (`_partner`).
     """
     jobs, active = iter(jobs), {}  # slot index -> [job, steps, pending Call]
     free = list(range(len(slots)))[::-1]
