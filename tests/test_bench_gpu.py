@@ -75,3 +75,31 @@ def test_the_gpu_tables_in_the_speed_doc_are_made_from_their_json():
         result = json.loads((root / "docs" / "data" / name).read_text())
         assert f"(data/{name})" in doc
         assert table(result) in doc
+
+
+def test_graph_captures_and_failures_are_reported():
+    """Before each batch size's rows every static pass's graph is captured; where one cannot be
+    (here: no CUDA) each shape's failure is kept with its reason, the passes run eagerly, and
+    the details table says so."""
+    import torch
+
+    from harness.evaluation import gpu_bench, random_pair
+
+    cfgs = {
+        r: random_pair.model_config(random_pair.TINY_SHAPES[r], random_pair.TINY_COMMON)
+        for r in ("small", "large")
+    }
+    backends = {}
+    for i, role in enumerate(("small", "large")):
+        model = random_pair.random_model(cfgs[role], "cpu", torch.float32, i)
+        backends[role] = random_pair.hf_backend(model, role, 64)
+        backends[role].step = "graph"
+    s = gpu_bench.Settings("cpu", torch.float32, 8, 4, (2,), (1,), (1,), 4, 1, 60.0)
+    captured = gpu_bench.warm(backends, 2, s, 4)
+    for role in ("small", "large"):
+        failures = captured[role]["failures"]
+        assert captured[role]["graphs_by_feed"] == {} and len(failures) > 1
+        assert all("CUDA" in f for f in failures)
+        assert {f.split(" x ")[1].split(" ")[0] for f in failures} >= {"1", "2", "32"}
+    text = gpu_bench.details({"captures": [{"setting": "core hf", "B": 2, **captured}], "rows": []})
+    assert "core hf B=2 large: graphs by feed bucket none" in text and "requires CUDA" in text
