@@ -85,7 +85,7 @@ def run(args) -> int:
             else random_pair.model_config(shapes[role], common)
         )
     result = gpu_bench.bench(s, configs, Path(args.out) if args.out else None)
-    print(gpu_bench.table(result) + "\n\n" + gpu_bench.details(result))
+    print("\n\n".join(filter(None, (gpu_bench.table(result), gpu_bench.details(result)))))
     return 0
 
 
@@ -96,5 +96,5 @@ def print_tables(path: Path) -> int:
         result = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"--from-json: cannot read {path}: {e}") from None
-    print(gpu_bench.table(result) + "\n\n" + gpu_bench.details(result))
+    print("\n\n".join(filter(None, (gpu_bench.table(result), gpu_bench.details(result)))))
     return 0
