@@ -8,6 +8,10 @@ network round trip for every forward pass of a large model that sits behind a ne
     >>> modeled_latency(records, manifest, profile)["modeled_tok_per_s"]
 
 `this-machine` measures this machine's bandwidth with a short copy probe, only when asked for.
+
+Measured on a machine (`hybridbench bench-gpu`), the cost model of a run is its own passes
+(`PassRecord`), each decode pass priced at its model's measured one-token step time
+(`step_priced_seconds`), the same for every router.
 """
 
 from __future__ import annotations
