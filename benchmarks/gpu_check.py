@@ -7,7 +7,10 @@ cropped and re-fed cache gives the logits of a fresh pass; random routing on the
 same decisions and tokens as on the CPU; small's per-token summary (top-1 probability, entropy,
 top-2 margin) computed on the GPU equals the CPU's up to float rounding, and the score routers that
 read it (entropy, confidence, and the example package's margin router, loaded by import path) defer
-the same tokens on the GPU as on the CPU. Prints one line per check; exits 1 if any fails.
+the same tokens on the GPU as on the CPU; every pass of short feeds replayed as a captured CUDA
+graph of its bucketed shape (catch-ups, verifies, decode steps; slots feeding different numbers
+of tokens) equals the ragged eager pass. Every generation above runs through those graphs (the
+default on CUDA). Prints one line per check; exits 1 if any fails.
 
     PYTHONPATH=examples/margin-router python -m benchmarks.gpu_check     # on a machine with CUDA
 """
@@ -25,7 +28,7 @@ from harness.backends.hf import HFBackend  # noqa: E402
 from harness.core.loop import DecodeConfig  # noqa: E402
 from harness.core.scheduler import generate  # noqa: E402
 from routers import get_router  # noqa: E402
-from tests.tiny import greedy_reference, info, tiny_pair  # noqa: E402
+from tests.tiny import FEED_ROUNDS, greedy_reference, info, prefixes, tiny_pair  # noqa: E402
 
 PROMPTS = [[1, 33, 31, 17, 30, 99, 20, 21, 97, 32], [5, 6, 7], [40, 41, 42, 43, 44, 45]]
 N = 24
@@ -64,8 +67,11 @@ def score_router_checks(gpu: dict, cpu: dict, cfg: DecodeConfig, check) -> None:
             bool((g.argmax == c.argmax).all())
             for g, c in zip(rows["gpu"], rows["cpu"], strict=True)
         )
-        check(f"small's {field} on GPU = on CPU, {len(PROMPTS)} prompts",
-              same_argmax and err < 1e-5, f"max |diff| {err:.2e}")  # fmt: skip
+        check(
+            f"small's {field} on GPU = on CPU, {len(PROMPTS)} prompts",
+            same_argmax and err < 1e-5,
+            f"max |diff| {err:.2e}",
+        )
     for router, field in SCORE_ROUTERS:
         v = torch.cat([getattr(c, field) for c in rows["cpu"]]).sort().values
         threshold = float(v[len(v) // 2 - 1] + v[len(v) // 2]) / 2  # between two rows, on none
@@ -77,8 +83,50 @@ def score_router_checks(gpu: dict, cpu: dict, cfg: DecodeConfig, check) -> None:
             same &= (g.token_ids, g.provenance) == (c.token_ids, c.provenance)
             deferred += sum(c.provenance)  # 1 = a token large wrote
             total += len(c.provenance)
-        check(f"{router} threshold {threshold:.4f} on GPU = on CPU, {len(PROMPTS)} prompts",
-              same and 0 < deferred < total, f"{deferred}/{total} tokens by large")  # fmt: skip
+        check(
+            f"{router} threshold {threshold:.4f} on GPU = on CPU, {len(PROMPTS)} prompts",
+            same and 0 < deferred < total,
+            f"{deferred}/{total} tokens by large",
+        )
+
+
+def static_pass_checks(check) -> None:
+    """The captured static passes (every call of a batch padded to a bucketed shape, replayed as
+    a CUDA graph) against the ragged eager pass on the GPU, on batches whose slots feed
+    different numbers of tokens (`FEED_ROUNDS`, as tests/test_hf_static.py runs them eagerly on
+    the CPU): every logits and hidden row asked for, and a step after the rounds."""
+    large = tiny_pair(2)[1].to("cuda")
+    for b, rounds in FEED_ROUNDS.items():
+        paths = {
+            step: HFBackend(large, info("large", large), step=step) for step in ("ragged", "graph")
+        }
+        seqs = {step: bk.sequences(b) for step, bk in paths.items()}
+        for step in paths:
+            for s, p in zip(seqs[step], prefixes(b), strict=True):
+                s.forward(p, 1)
+        g, worst = torch.Generator().manual_seed(b), 0.0
+        for calls in rounds:
+            feeds = {s: torch.randint(3, 120, (n,), generator=g).tolist() for s, n, _ in calls}
+            out = {
+                step: bk.forward_batch([(seqs[step][s], feeds[s], r, True) for s, _, r in calls])
+                for step, bk in paths.items()
+            }
+            for got, want in zip(out["graph"], out["ragged"], strict=True):
+                worst = max(
+                    worst,
+                    float((got[0] - want[0]).abs().max()),
+                    float((got[1] - want[1]).abs().max()),
+                )
+        after = {step: seqs[step][b - 1].forward([11], 1)[0] for step in paths}
+        worst = max(worst, float((after["graph"] - after["ragged"]).abs().max()))
+        graph = paths["graph"]
+        feeds = sorted({shape.feed for shape, v in graph.graphs.items() if v is not None})
+        check(
+            f"captured static passes = ragged pass, B = {b}, feeds {feeds}",
+            worst < 1e-4 and not graph.graph_failures and max(feeds, default=0) > 1,
+            f"max |diff| {worst:.2e}, {len(graph.graphs)} graphs, "
+            f"failures: {graph.graph_failures or 'none'}",
+        )
 
 
 def main() -> int:
@@ -104,13 +152,18 @@ def main() -> int:
             ("speculative", {"adaptive": True, "schedule": "heuristic"}, "large"),
         ):
             g = generate(gpu, get_router(row, args), p, cfg)
-            check(f"{row} {args} = {want}'s greedy, prompt of {len(p)}",
-                  list(g.token_ids) == ref[want])  # fmt: skip
+            check(
+                f"{row} {args} = {want}'s greedy, prompt of {len(p)}",
+                list(g.token_ids) == ref[want],
+            )
         on_gpu = generate(gpu, get_router("random", {"p": 0.3}), p, cfg)
         on_cpu = generate(cpu, get_router("random", {"p": 0.3}), p, cfg)
-        check(f"random p=0.3 on GPU = on CPU, prompt of {len(p)}",
-              (on_gpu.token_ids, on_gpu.provenance) == (on_cpu.token_ids, on_cpu.provenance))  # fmt: skip
+        check(
+            f"random p=0.3 on GPU = on CPU, prompt of {len(p)}",
+            (on_gpu.token_ids, on_gpu.provenance) == (on_cpu.token_ids, on_cpu.provenance),
+        )
     score_router_checks(gpu, cpu, cfg, check)
+    static_pass_checks(check)
     # rollback: feed 3 tokens, crop 2 of them, feed 2 others = a fresh pass over the same tokens
     b = gpu["large"]
     b.reset()

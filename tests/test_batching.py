@@ -7,8 +7,9 @@ tiny F32 pair the logits of a batched call equal the one-sequence call's within 
 (`test_forward_batch_rows_equal_one_sequence_calls`), and greedy tokens are asserted equal
 exactly: a flip would need a top-2 margin below that, which the tiny pair does not have. The
 transformers backend batches ragged rows over one preallocated cache, in float32 within 1e-5
-of each call alone (tests/test_hf_batch.py); it runs here at B = 1, 3 and 8, and with its
-static one-token step (what a CUDA graph replays) at B = 8.
+of each call alone (tests/test_hf_batch.py); it runs here at B = 1, 3 and 8, with the ragged
+pass and with its static passes (every call padded to a bucketed shape: what its CUDA graphs
+replay, tests/test_hf_static.py).
 """
 
 from __future__ import annotations
@@ -82,10 +83,10 @@ ROUTERS = [
 ]
 
 
-# (backend, slots, how transformers runs a call where every slot feeds one token): the batched
-# transformers backend at B = 1, 3 and 8, its static one-token step (what a CUDA graph replays),
-# and llama.cpp
-SETTINGS = [("hf", 1, "ragged"), ("hf", 3, "ragged"), ("hf", 8, "ragged"), ("hf", 8, "static")]
+# (backend, slots, how transformers runs a pass of short feeds): the batched transformers backend
+# at B = 1, 3 and 8, ragged and static (every pass padded to a bucketed shape: what its CUDA
+# graphs replay), and llama.cpp
+SETTINGS = [("hf", b, step) for step in ("ragged", "static") for b in (1, 3, 8)]
 SETTINGS += [(kind, B, None) for kind in BACKENDS if kind != "hf"]
 
 
@@ -413,3 +414,26 @@ def test_contention_is_measured_and_a_busy_machine_is_not_cached(tmp_path, monke
     record = batching.measured_quietly("x", lambda: {"v": 2}, tmp_path / "b")
     assert record == {"v": 2, "others_cores": 0.0}
     assert json.loads((tmp_path / "b").read_text()) == record
+
+
+@pytest.mark.parametrize("name,args", ROUTERS, ids=lambda x: str(x) if isinstance(x, str) else "")
+def test_overlapped_device_and_cpu_passes_equal_unbatched(name, args, tmp_path):
+    """Large as a model whose passes run while the host goes on (`launches`, transformers on
+    CUDA; here on the CPU, where the pass runs when issued): each round, the generations waiting
+    on large have their pass issued, those waiting on small run theirs, then large's outputs are
+    read. Every generation's tokens, provenance and passes are those it gets alone."""
+    backends = tiny_backends(kind="hf")
+    backends["large"].step = "static"
+    backends["large"].launches = True
+    launched = []
+    inner = backends["large"].launch_batch
+    backends["large"].launch_batch = lambda calls: launched.append(len(calls)) or inner(calls)
+    reward = tiny_reward()
+    backends["reward"] = RewardBackend(reward, model_info(reward, "tiny", "float32"))
+    per_role = {role: b.sequences(B) for role, b in backends.items()}
+    slots = [{role: seqs[i] for role, seqs in per_role.items()} for i in range(B)]
+    single = tiny_backends(kind="hf")
+    single["reward"] = RewardBackend(reward, model_info(reward, "tiny", "float32"))
+    compare(slots, single, make_router(name, args, tmp_path), DecodeConfig())
+    if name in ("random", "speculative", "citer", "reward", "query", "random_query"):
+        assert launched  # some of large's passes were issued beside small's

@@ -81,3 +81,33 @@ def test_this_machine_profile():
 def test_unknown_profile_lists_valid_names():
     with pytest.raises(UserError, match="seed-xeon-a100, h100, this-machine"):
         costmodel.get_profile("tpu")
+
+
+def _passes():
+    P = costmodel.PassRecord
+    return [
+        P("small", 3, 9, True, 0.030),
+        P("large", 3, 9, True, 0.050),
+        *[P("small", 3, 1, False, 0.0021 + i * 1e-4) for i in range(8)],
+        P("large", 1, 5, False, 0.012),
+        P("large", 2, 3, False, 0.011),
+        P("large", 2, 40, False, 0.090),
+    ]
+
+
+def test_step_priced_seconds_prices_every_decode_pass_at_the_step():
+    # prefills at their measured 0.08 s; 8 small passes at 2 ms, 3 large passes at 10 ms
+    got = costmodel.step_priced_seconds(_passes(), {"small": 0.002, "large": 0.010})
+    assert got == pytest.approx(0.08 + 8 * 0.002 + 3 * 0.010)
+    assert math.isnan(costmodel.step_priced_seconds(_passes(), {"small": 0.002}))
+
+
+def test_passes_by_size_and_feed_buckets():
+    assert costmodel.passes_by_size(_passes()) == {"small": {3: 8}, "large": {1: 1, 2: 2}}
+    buckets = costmodel.feed_bucket_seconds(
+        _passes(), lambda n: n if n <= 1 else (8 if n <= 8 else None)
+    )
+    assert list(buckets["large"]) == ["8", "long"] and list(buckets["small"]) == ["1"]
+    assert buckets["large"]["8"] == {"passes": 2, "median_s": pytest.approx(0.0115)}
+    assert buckets["small"]["1"]["passes"] == 8
+    assert buckets["small"]["1"]["median_s"] == pytest.approx(0.00245)

@@ -89,6 +89,33 @@ def tiny_pair(seed: int = 2, noise: float = 0.6):
 BACKENDS = ("hf", "llama.cpp")
 
 
+def prefixes(n: int) -> list[list[int]]:
+    """n prompts of different lengths (3 to 3 + 2(n-1) tokens)."""
+    return [[(7 * i + j) % 120 + 3 for j in range(3 + 2 * i)] for i in range(n)]
+
+
+# by batch size, rounds of one pass each of (slot, tokens fed, rows asked for): catch-ups of 1 to
+# 9 tokens and verifies of k + 1 rows in one pass, slots that sit a round out, and feeds longer
+# than the largest feed bucket (fed in chunks); tests of the transformers backend's static passes
+# (tests/test_hf_static.py, benchmarks/gpu_check.py)
+FEED_ROUNDS = {
+    1: [[(0, 5, 5)], [(0, 1, 1)], [(0, 9, 1)], [(0, 45, 5)]],
+    3: [
+        [(0, 1, 1), (1, 5, 5), (2, 3, 1)],
+        [(1, 2, 2), (2, 7, 1)],
+        [(0, 40, 1), (1, 2, 2)],  # a long feed, one short beside it
+        [(0, 4, 4), (1, 1, 1)],
+    ],
+    8: [
+        [(s, 1 + (3 * s) % 7, 1 + (3 * s) % 7 % 3) for s in range(8)],  # every slot, in order
+        [(1, 5, 5), (4, 2, 1), (6, 9, 1)],  # three of eight: gathered rows (4)
+        [(s, 1, 1) for s in range(8)],  # a one-token step
+        [(2, 70, 3), (5, 1, 1), (6, 33, 1)],  # two long feeds of 3 and 2 chunks
+        [(7, 3, 3)],  # one of eight: gathered rows (2, a quarter of the slots)
+    ],
+}
+
+
 @functools.cache
 def tiny_gguf_pair(seed: int = 2) -> tuple[Path, Path]:
     """The tiny pair as two F32 GGUF files (written once per test process)."""

@@ -14,12 +14,13 @@ positions write past their slot's end, which nothing reads before a real token o
 The cache is allocated once per model (`n_ctx` tokens a slot, doubled when a sequence outgrows
 it), never per step.
 
-On CUDA a call in which every slot feeds one token (the decode step) runs as a captured CUDA
-graph (`torch.cuda.CUDAGraph`): one graph per key-length bucket (powers of two from
-MIN_KEY_BUCKET up to the capacity), each over all slots at once, so the step is not bound by
-kernel launches. Slots with no call that step feed a dummy token at their own end. Multi-token
-calls (prefill, verify, catch-up) run eagerly. `one_token_step` is the captured function; on a
-CPU it runs eagerly, so tests check that it equals the ragged path (tests/test_hf_batch.py).
+On CUDA every pass whose calls feed up to 32 tokens each (decode steps, a model catching up on
+the other's tokens, a verify of k + 1 drafted tokens) runs as a static pass of a bucketed shape
+(`harness.backends.hf_static`: feed length, rows and key length each rounded up to a bucket,
+rows left-padded, padding kept out of attention and out of the cache) replayed as a captured
+CUDA graph (`torch.cuda.CUDAGraph`), so a pass is not bound by kernel launches. A longer feed
+(a prompt) is fed in chunks of 32 tokens, each such a pass (`_issue`). On a CPU `step="static"` runs the same padded function
+eagerly, so tests check that it equals the ragged pass (tests/test_hf_static.py).
 
 Outputs: full logits rows as float32 on CPU, or their summary computed on the model's device
 (`harness.core.stats`: level "stats" / "argmax"), so a greedy step copies a few numbers per row
@@ -37,18 +38,18 @@ A subclass with a forward of its own (the reward model's network) keeps the one-
 from __future__ import annotations
 
 import copy
-import sys
 
 import torch
 
-from harness.backends.kv_slots import MIN_KEY_BUCKET, SlotCache, key_bucket, supports_slots
+from harness.backends.hf_static import FEED_BUCKETS, StaticSteps
+from harness.backends.kv_slots import SlotCache, key_bucket, supports_slots  # noqa: F401
 from harness.core.records import ModelInfo
 from harness.core.stats import ARGMAX, FULL, LEVELS, TokenStats, summary_tensors
 
 DEFAULT_N_CTX = 4096  # tokens a slot holds before its cache grows (as llama.cpp's default)
-# How a call in which every slot feeds one token runs: "graph" (`one_token_step` captured as a
-# CUDA graph; the default on CUDA), "static" (the same function, eager: what the graph replays,
-# testable on a CPU) or "ragged" (the general pass over the calls' rows only; the CPU default)
+# How a pass of feeds up to 32 tokens runs: "graph" (the static pass of its bucketed shape
+# captured as a CUDA graph; the default on CUDA), "static" (the same function, eager: what the
+# graph replays, testable on a CPU) or "ragged" (the calls' rows only; the CPU default)
 STEPS = ("graph", "static", "ragged")
 
 
@@ -99,8 +100,8 @@ class HFBackend(HFSequence):
 
     The backend itself is slot 0. `sequences(n)` gives n slots over the same weights and one
     cache; `forward_batch` runs calls of several of them in one pass. `n_ctx`: tokens a slot
-    holds before its cache grows; `step`: how a call where every slot feeds one token runs
-    (STEPS; default "graph" on CUDA, else "ragged")."""
+    holds before its cache grows; `step`: how a pass of short feeds runs (STEPS; default
+    "graph" on CUDA, else "ragged")."""
 
     def __init__(self, model, info: ModelInfo, n_ctx: int | None = None, step: str | None = None):
         self.model, self.info = model.eval(), info
@@ -116,11 +117,11 @@ class HFBackend(HFSequence):
         self.n_active = 1  # slots in use: the last `sequences(n)`
         if step not in (None, *STEPS):
             raise ValueError(f"step must be one of {STEPS}, got {step!r}")
-        # how a call where every slot feeds one token runs (STEPS)
+        # how a pass of short feeds runs (STEPS)
         self.step = step or ("graph" if self.device.type == "cuda" else "ragged")
-        self.graphs: dict[tuple, tuple | None] = {}  # (slots, key bucket) -> captured step
-        self.graph_failures: list[str] = []  # why a capture fell back to eager, per bucket
-        self._pool = None
+        self.static = StaticSteps(self)
+        # whether a pass issued by `launch_batch` runs while the host goes on (CUDA)
+        self.launches = self.device.type == "cuda" and self.slotted
 
     def __getattr__(self, name: str):  # the owner has no one to defer to
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -189,20 +190,70 @@ class HFBackend(HFSequence):
         `TokenStats` at level "stats" / "argmax", and hidden [n_rows, H] or None."""
         if not self.slotted:  # one call at a time, each on its own DynamicCache
             return [c[0].forward(c[1], c[2], c[3]) for c in calls]
+        return self._read(calls, self._issue(calls))
+
+    @torch.inference_mode()
+    def launch_batch(self, calls):
+        """`forward_batch` in two halves: the pass is issued now and the returned function
+        reads its outputs. On CUDA (`launches`) the device runs the pass while the host does
+        other work (the scheduler runs a CPU model's pass meanwhile); the function waits for it."""
+        if not self.slotted:
+            out = self.forward_batch(calls)
+            return lambda: out
+        issued = self._issue(calls)
+        return torch.inference_mode()(lambda: self._read(calls, issued))
+
+    def _issue(self, calls) -> list:
+        """The calls' passes, issued; the slots' lengths advanced. One pass (static or ragged),
+        or with static passes, a call feeding more than the largest feed bucket (a prompt) fed
+        in chunks of it, each chunk a static pass (the other calls ride in the first). Returns
+        per pass (which calls end in it, its calls, the device tensors `_outputs` reads)."""
         for _, ids, n_rows, *_ in calls:
             if not 1 <= n_rows <= len(ids):
                 raise ValueError(f"n_rows must be in 1..{len(ids)}, got {n_rows}")
         longest = max(len(c[1]) for c in calls)
         self._ensure(len(self._sequences), max(c[0].length for c in calls) + longest + 1)
-        if longest == 1 and self.step == "graph":
-            logits, hid, stats = self._graph_step(calls)
-        elif longest == 1 and self.step == "static":
-            logits, hid, stats = self._static_eager(calls)
-        else:
-            logits, hid, stats = self._ragged(calls)
+        size = FEED_BUCKETS[-1]
+        chunks = [[c[1][i : i + size] for i in range(0, len(c[1]), size)] for c in calls]
+        if (
+            self.step == "ragged"
+            or longest <= size
+            or any(c[2] > len(ch[-1]) for c, ch in zip(calls, chunks, strict=True))
+        ):  # one pass; rows asked for past the last chunk (a query router's prompt) run ragged
+            return [(list(range(len(calls))), calls, self._pass_of(calls))]
+        passes = []
+        for i in range(max(map(len, chunks))):
+            idx = [j for j, ch in enumerate(chunks) if len(ch) > i]
+            last = [len(chunks[j]) == i + 1 for j in idx]
+            sub = [
+                (calls[j][0], chunks[j][i]) + (calls[j][2:] if end else (1, False, ARGMAX))
+                for j, end in zip(idx, last, strict=True)
+            ]
+            passes.append(
+                (
+                    [j if end else None for j, end in zip(idx, last, strict=True)],
+                    sub,
+                    self._pass_of(sub),
+                )
+            )
+        return passes
+
+    def _pass_of(self, calls):
+        """One pass of the calls, static where a static shape holds them, else ragged."""
+        out = self.static.run(calls) if self.step != "ragged" else None
+        out = out if out is not None else self._ragged(calls)
         for seq, ids, *_ in calls:
             seq.length += len(ids)
-        return self._outputs(calls, logits, hid, stats)
+        return out
+
+    def _read(self, calls, passes) -> list:
+        """Each call's outputs (`_outputs`) from the pass its feed ended in."""
+        results = [None] * len(calls)
+        for ends, sub, out in passes:
+            for j, result in zip(ends, self._outputs(sub, *out), strict=True):
+                if j is not None:
+                    results[j] = result
+        return results
 
     # --- the ragged pass (any calls) ------------------------------------------------------
 
@@ -274,100 +325,25 @@ class HFBackend(HFSequence):
         mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
         return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 
-    # --- the one-token step over all slots (captured on CUDA) ------------------------------
+    # --- static passes (captured on CUDA: `harness.backends.hf_static`) ---------------------
 
-    def one_token_step(self, ids: torch.Tensor, pos: torch.Tensor, n_keys: int):
-        """Every slot feeds one token: ids, pos [slots, 1] on the device; each slot's token is
-        written at pos and attends over positions <= pos of its own slot, within the first
-        `n_keys`. Returns logits [slots, V], hidden [slots, H] and the summary tensors: static
-        shapes, no host synchronization, so CUDA can capture it as a graph."""
-        n = ids.shape[0]
-        slots = torch.arange(n, device=self.device)[:, None]
-        logits, hid = self._pass(ids, pos, slots, slice(0, n), n_keys, 1, True)
-        logits, hid = logits[:, -1], hid[:, -1]
-        return (logits, hid, *summary_tensors(logits, "stats"))
+    @property
+    def graphs(self) -> dict:
+        """Captured static passes by `Shape` (None: the capture failed, it runs eagerly)."""
+        return self.static.graphs
 
-    def _step_inputs(self, calls):
-        """ids, pos [slots, 1] for `one_token_step` over the slots in use: the calls' tokens at
-        their slots' ends, a dummy token at the end of every other slot; and the key bucket."""
-        n = max(self.n_active, max(c[0].slot for c in calls) + 1)
-        ids = torch.zeros(n, 1, dtype=torch.long)
-        pos = torch.tensor([[s.length] for s in self._sequences[:n]])
-        for c in calls:
-            ids[c[0].slot, 0] = c[1][0]
-        return ids, pos, key_bucket(int(pos.max()) + 1, self.kv.capacity)
-
-    def _static_eager(self, calls):
-        ids, pos, bucket = self._step_inputs(calls)
-        out = self.one_token_step(ids.to(self.device), pos.to(self.device), bucket)
-        return self._step_outputs(calls, out)
-
-    def _graph_step(self, calls):
-        ids, pos, bucket = self._step_inputs(calls)
-        key = (len(ids), bucket)
-        graph = self.graphs[key] if key in self.graphs else self._capture(key)
-        if graph is None:  # capture failed: this bucket runs eagerly
-            out = self.one_token_step(ids.to(self.device), pos.to(self.device), bucket)
-            return self._step_outputs(calls, out)
-        g, (s_ids, s_pos), out = graph
-        s_ids.copy_(ids, non_blocking=True)
-        s_pos.copy_(pos, non_blocking=True)
-        g.replay()
-        return self._step_outputs(calls, out)
-
-    def _capture(self, key: tuple[int, int]):
-        """Capture `one_token_step` for (slots, key bucket); None, and eager from then on, if
-        the model does something a graph cannot hold (the reason goes to stderr once)."""
-        n, bucket = key
-        s_ids = torch.zeros(n, 1, dtype=torch.long, device=self.device)
-        s_pos = torch.tensor([[s.length] for s in self._sequences[:n]], device=self.device)
-        try:
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):  # warm-up writes land at each slot's end: harmless
-                for _ in range(2):
-                    self.one_token_step(s_ids, s_pos, bucket)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            self._pool = self._pool or torch.cuda.graph_pool_handle()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=self._pool):
-                out = self.one_token_step(s_ids, s_pos, bucket)
-        except Exception as e:  # noqa: BLE001 - fall back to eager, and say so
-            self.graphs[key] = None
-            self.graph_failures.append(f"{key}: {type(e).__name__}: {e}")
-            print(f"(CUDA graph capture failed, eager decode step: {e})", file=sys.stderr)
-            return None
-        self.graphs[key] = (g, (s_ids, s_pos), out)
-        return self.graphs[key]
+    @property
+    def graph_failures(self) -> list[str]:
+        """Why each failed capture failed."""
+        return self.static.failures
 
     @torch.inference_mode()
     def capture_steps(self, tokens: int) -> None:
-        """Capture now, for the current slots, the decode step of every key bucket a sequence
-        of up to `tokens` positions needs (with step "graph"; else nothing): a timed run then
-        holds no capture."""
-        if self.step != "graph" or not self.slotted:
-            return
-        self._ensure(len(self._sequences), tokens + 1)
-        last, n = key_bucket(tokens, self.kv.capacity), MIN_KEY_BUCKET
-        while True:
-            bucket = key_bucket(n, self.kv.capacity)
-            if (self.n_active, bucket) not in self.graphs:
-                self._capture((self.n_active, bucket))
-            if bucket >= last:
-                return
-            n = bucket * 2
-
-    def _step_outputs(self, calls, out):
-        """The calls' rows of a one-token step's outputs, as `_ragged` returns them (logits
-        gathered only when a call reads them whole)."""
-        logits, hid, *stats = out
-        idx = torch.tensor([c[0].slot for c in calls], device=self.device)
-        whole = any(len(c) < 5 or c[4] == FULL for c in calls)
-        return (
-            logits.index_select(0, idx)[:, None] if whole else logits[:, None],
-            hid.index_select(0, idx)[:, None] if any(c[3] for c in calls) else None,
-            tuple(s.index_select(0, idx) for s in stats),
-        )
+        """Capture now, for the current slots, every static pass a sequence of up to `tokens`
+        positions can need (with step "graph"; else nothing): a timed run then holds no
+        capture."""
+        if self.step == "graph" and self.slotted:
+            self.static.capture_all(tokens)
 
     # --- outputs -------------------------------------------------------------------------
 
@@ -410,10 +386,7 @@ class HFBackend(HFSequence):
 
     def _resize(self, slots: int, capacity: int) -> None:
         self.kv = self.kv.resized(slots, capacity)
-        self.graphs.clear()  # captured over the old buffers
-        # with its last graph gone, PyTorch releases their memory pool: a capture into that
-        # pool's handle again fails ("use_count > 0"), so the next capture takes a new one
-        self._pool = None
+        self.static.clear()  # captured over the old buffers
 
     def kv_nbytes(self) -> int:
         """Bytes the slots' KV cache holds (0 before the first pass)."""

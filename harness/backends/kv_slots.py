@@ -64,9 +64,10 @@ class SlotCache(Cache):
             v[self.write_rows, :, self.write_pos] = value_states.transpose(1, 2)
         if isinstance(self.read, slice):  # consecutive slots: a view, no copy
             return k[self.read, :, : self.n_keys], v[self.read, :, : self.n_keys]
+        # the rows' first n_keys positions only (the copy is what a gathered pass reads)
         return (
-            k.index_select(0, self.read)[:, :, : self.n_keys],
-            v.index_select(0, self.read)[:, :, : self.n_keys],
+            k[:, :, : self.n_keys].index_select(0, self.read),
+            v[:, :, : self.n_keys].index_select(0, self.read),
         )
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

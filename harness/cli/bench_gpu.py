@@ -12,6 +12,12 @@ from harness.evaluation import gpu_bench, random_pair
 
 def configure(p) -> None:
     p.add_argument("--out", default="runs/bench-gpu.json", help="the JSON of every row")
+    p.add_argument(
+        "--from-json",
+        default=None,
+        metavar="JSON",
+        help="print the tables of a run's JSON (what docs/speed.md shows); run nothing",
+    )
     p.add_argument("--tiny", action="store_true", help="tiny shapes, a few tokens (runs on a CPU)")
     p.add_argument("--small-config", default=None, help="config.json (or its folder) of small")
     p.add_argument("--large-config", default=None, help="config.json (or its folder) of large")
@@ -32,6 +38,8 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
+    if args.from_json:
+        return print_tables(Path(args.from_json))
     import torch
 
     cuda = torch.cuda.is_available()
@@ -77,5 +85,16 @@ def run(args) -> int:
             else random_pair.model_config(shapes[role], common)
         )
     result = gpu_bench.bench(s, configs, Path(args.out) if args.out else None)
-    print(gpu_bench.table(result))
+    print("\n\n".join(filter(None, (gpu_bench.table(result), gpu_bench.details(result)))))
+    return 0
+
+
+def print_tables(path: Path) -> int:
+    import json
+
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"--from-json: cannot read {path}: {e}") from None
+    print("\n\n".join(filter(None, (gpu_bench.table(result), gpu_bench.details(result)))))
     return 0

@@ -14,7 +14,9 @@ plus `length` (tokens in the cache), `info` (a `ModelInfo` for the cost model) a
 
 Batching (`harness.core.scheduler.generate_many`): `sequences(backend, n)` gives n backends over
 the same model, one per generation in flight. A backend whose sequences share an `owner` with a
-`forward_batch(calls)` runs their calls together.
+`forward_batch(calls)` runs their calls together. An owner with `launches` true (transformers on
+CUDA) also has `launch_batch(calls)`, which issues the pass and returns a function that reads its
+outputs: the scheduler runs a CPU model's calls while that device works.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ The loop (`harness.core.loop.decode_steps`) yields each model call a generation 
                                              they wait on are grouped by model and each group
                                              runs as ONE batched call (`forward_batch`)
 
+With one model on a CUDA device and the other on the CPU (the seeds' setting), a round runs
+both: the device model's batched pass is issued (`launch_batch`), the CPU model's runs while the
+device works, then the device's outputs are read, so neither sits idle while the other works.
+
 B = 1 is `generate` exactly: a generation's tokens depend only on the outputs it is sent.
 """
 
@@ -79,7 +83,8 @@ def generate_many(
     Each slot is one generation's models (role -> backend; `Engine.slots`), and each generation
     has its own copy of `router` (or of the job's own `router`). A freed slot takes the next job
     at once. Each round, the model with the most generations waiting on it runs their calls as
-    one batched call (`backend.forward_batch` where the backend batches, else one at a time).
+    one batched call (`backend.forward_batch` where the backend batches, else one at a time),
+    beside a model on the other side of a CPU/device split, if any waits (`_partner`).
     """
     jobs, active = iter(jobs), {}  # slot index -> [job, steps, pending Call]
     free = list(range(len(slots)))[::-1]
@@ -98,16 +103,92 @@ def generate_many(
         if not active:
             return
         owner = _busiest(active)
-        group = [i for i in sorted(active) if _owner(active[i][2].backend) is owner]
-        calls = [active[i][2] for i in group]
-        if len(calls) > 1 and hasattr(owner, "forward_batch"):
-            levels = getattr(owner, "summarizes", False)  # else rows, summarized by the loop
-            args = [(c.backend, c.ids, c.n_rows, c.hidden) + (c.level,) * levels for c in calls]
-            results = _timed(calls, lambda o=owner, a=args: o.forward_batch(a), clock)
-        else:
-            results = [_timed([c], lambda c=c: [_forward(c)], clock)[0] for c in calls]
-        for i, result in zip(group, results, strict=True):
+        partner = _partner(active, owner)
+        if partner is None:
+            group = _group(active, owner)
+            results = _run_group(owner, [active[i][2] for i in group], clock)
+            done = list(zip(group, results, strict=True))
+        else:  # the device's pass runs while the CPU's does
+            device, cpu = (owner, partner) if _launches(owner) else (partner, owner)
+            on_device, on_cpu = _group(active, device), _group(active, cpu)
+            collect = _launched(device, [active[i][2] for i in on_device], clock)
+            done = list(
+                zip(on_cpu, _run_group(cpu, [active[i][2] for i in on_cpu], clock), strict=True)
+            )
+            done += zip(on_device, collect(), strict=True)
+        for i, result in done:
             yield from _advance(active, free, i, result)
+
+
+def _group(active: dict, owner) -> list[int]:
+    """The slots whose generations wait on `owner`, in slot order."""
+    return [i for i in sorted(active) if _owner(active[i][2].backend) is owner]
+
+
+def _args(owner, calls: list[Call]) -> list[tuple]:
+    levels = getattr(owner, "summarizes", False)  # else rows, summarized by the loop
+    return [(c.backend, c.ids, c.n_rows, c.hidden) + (c.level,) * levels for c in calls]
+
+
+def _run_group(owner, calls: list[Call], clock) -> list:
+    """The calls waiting on one model: one batched call where the backend batches."""
+    if len(calls) > 1 and hasattr(owner, "forward_batch"):
+        args = _args(owner, calls)
+        return _timed(calls, lambda: owner.forward_batch(args), clock)
+    return [_timed([c], lambda c=c: [_forward(c)], clock)[0] for c in calls]
+
+
+def _launches(owner) -> bool:
+    """Whether `owner` issues a pass that its device runs while the host goes on
+    (`launch_batch`: transformers on CUDA)."""
+    return bool(getattr(owner, "launches", False))
+
+
+def _partner(active: dict, owner):
+    """The model whose waiting calls run at the same time as `owner`'s this round: one on the
+    CPU when `owner` launches on a device, or the device one when `owner` runs on the CPU
+    (the most waited on; ties: the lowest slot's); None when there is none."""
+    counts: dict[int, list] = {}
+    for i in sorted(active):
+        o = _owner(active[i][2].backend)
+        if (
+            o is not owner
+            and _launches(o) != _launches(owner)
+            and _on_cpu(o if _launches(owner) else owner)
+        ):
+            counts.setdefault(id(o), [0, o])[0] += 1
+    return max(counts.values(), key=lambda c: c[0])[1] if counts else None
+
+
+def _on_cpu(backend) -> bool:
+    info = getattr(backend, "info", None)
+    return not str(getattr(info, "device", "cpu")).startswith("cuda")
+
+
+def _launched(owner, calls: list[Call], clock) -> Callable[[], list]:
+    """Issue the calls waiting on `owner` as one pass now (`launch_batch`); the returned
+    function waits for it and gives each call's (outputs, hidden, seconds from issue to
+    outputs), or the exception for every call."""
+    for c in calls:
+        c.backend.sync()
+    t0 = clock()
+    try:
+        read = owner.launch_batch(_args(owner, calls))
+    except Exception as e:  # noqa: BLE001 - handed to the generations, see _advance
+        failed = [e] * len(calls)
+        return lambda: failed
+
+    def collect() -> list:
+        try:
+            outs = read()
+            for c in calls:
+                c.backend.sync()
+        except Exception as e:  # noqa: BLE001
+            return [e] * len(calls)
+        seconds = clock() - t0
+        return [(out, h, seconds) for out, h in outs]
+
+    return collect
 
 
 def _forward(call: Call):

@@ -15,19 +15,26 @@ Every generation is greedy with EOS off, so each emits exactly --new-tokens toke
   core           `generate_many` with B slots and B prompts at B = 1, 16, 64 for small-only,
                  large-only, random p = 0.2, entropy at a fixed threshold and speculative k = 4,
                  on each backend available: transformers (`HFBackend`: one cache for all slots,
-                 the one-token step a CUDA graph) and llama.cpp with every layer on the GPU
+                 every pass of feeds up to 32 tokens a CUDA graph per bucketed shape, all
+                 captured before each batch size's rows) and llama.cpp with every layer on the GPU
                  (random weights written as a GGUF, needs a CUDA build of llama-cpp-python)
   seeds'         small on the CPU (llama.cpp where installed, else transformers), large on the
   setting        GPU: the same routers per stream (B = 1) and batched (B = 16)
 
 Beside each core row: the time inside model passes (`passes_s`, every batched pass timed with
-the device synchronized), so `measured / passes` is the share of wall time the passes explain,
-and for the hybrid rows the cost model `B / (t_small + share * t_large)`, with t_small and
-t_large the median one-token batched pass of the small-only and large-only rows at the same B.
+the device synchronized), so `measured / passes` is the share of wall time the passes explain;
+the cost model, one for every router (`harness.metrics.costmodel.step_priced_seconds`): the
+row's own decode passes, each priced at its model's one-token step time at that B (t_small and
+t_large: the median one-token batched pass of the small-only and large-only rows), prefills at
+their measured time; and, in the JSON, the passes counted per model per batch size
+(`passes_by_size`) and measured per feed bucket (`feed_buckets`, printed by `details`).
 Entropy's threshold is the 80th percentile of small's entropies on a short small-only decode
 (random weights give nearly uniform, nearly equal entropies, so a threshold in nats from real
 models would defer everything or nothing); it is fixed for the whole run and written in the JSON.
-Memory: peak GPU memory allocated during the B = 64 rows, and the bytes of each model's KV cache.
+Graphs: per batch size and model, the graphs captured by feed bucket, the seconds capturing took
+and every capture that failed with its reason (`captures`). Memory: the peak GPU memory
+allocated in each row (`peak_allocated_bytes`) and its largest at B = 64, and the bytes of each
+model's KV cache and weights.
 Sections stop being started once --budget-s seconds have passed (the JSON says which were
 skipped), so a run ends near its budget on any machine; --sections runs only some of them
 (generate, core, llama.cpp, seeds).
@@ -35,7 +42,6 @@ skipped), so a run ends near its budget on any machine; --sections runs only som
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import statistics
@@ -48,9 +54,12 @@ from pathlib import Path
 import torch
 
 from harness.backends.hf import HFBackend
+from harness.backends.hf_static import FEED_BUCKETS, feed_bucket
 from harness.core.loop import DecodeConfig
 from harness.core.scheduler import Job, generate_many
 from harness.core.stats import summarize
+from harness.evaluation.gpu_reference import batch_numerics, hf_generate_rows, prompts
+from harness.evaluation.gpu_tables import details, progress, table  # noqa: F401 (the CLI's)
 from harness.evaluation.random_pair import (
     gguf_of,
     hf_backend,
@@ -58,6 +67,8 @@ from harness.evaluation.random_pair import (
     llamacpp_status,
     random_model,
 )
+from harness.metrics import costmodel
+from harness.metrics.costmodel import PassRecord
 from routers import get_router
 
 # config.json fields of Qwen2.5-Coder-0.5B-Instruct and -1.5B-Instruct (the default pair)
@@ -68,8 +79,8 @@ ROUTERS = (  # (row, router, arguments); entropy's threshold is set per run
     ("entropy", "entropy", {}),
     ("speculative k=4", "speculative", {"k": 4}),
 )
-HYBRID = ("random p=0.2", "entropy")  # rows the cost model predicts
 SECTIONS = ("generate", "core", "llama.cpp", "seeds")  # what one run can measure, in order
+WRAPPED = ("forward_batch", "launch_batch")  # the passes a `PassTimer` times
 ENTROPY_QUANTILE = 0.8  # entropy defers the top 20% of small's entropies
 
 
@@ -95,9 +106,12 @@ class Settings:
 class PassTimer:
     """Times every batched model pass of the owners it wraps (device synchronized), by role."""
 
-    passes: list = field(default_factory=list)  # (role, calls, longest feed, seconds)
+    passes: list[PassRecord] = field(default_factory=list)
 
     def wrap(self, role: str, owner) -> None:
+        """Time `owner`'s passes: `forward_batch`, and `launch_batch` (a pass issued now and
+        read later: timed from issue to outputs, so a device pass that ran beside a CPU pass
+        counts the time they overlapped)."""
         inner = owner.forward_batch
 
         def timed(calls, inner=inner):
@@ -105,24 +119,40 @@ class PassTimer:
             t0 = time.perf_counter()
             out = inner(calls)
             owner.sync()
-            self.passes.append((role, len(calls), max(len(c[1]) for c in calls),
-                                time.perf_counter() - t0))  # fmt: skip
+            self._record(role, calls, t0)
             return out
 
         owner.forward_batch = timed  # the instance's: scheduler and sequences call this one
+        if hasattr(owner, "launch_batch"):
+            launch = owner.launch_batch
+
+            def launched(calls, launch=launch):
+                t0 = time.perf_counter()
+                read = launch(calls)
+
+                def timed_read():
+                    out = read()
+                    owner.sync()
+                    self._record(role, calls, t0)
+                    return out
+
+                return timed_read
+
+            owner.launch_batch = launched
+
+    def _record(self, role: str, calls, t0: float) -> None:
+        # lengths have advanced by the pass's feeds: a prompt's call now holds exactly its ids
+        prefill = any(getattr(c[0], "length", -1) == len(c[1]) for c in calls)
+        feed = max(len(c[1]) for c in calls)
+        self.passes.append(PassRecord(role, len(calls), feed, prefill, time.perf_counter() - t0))
 
     def seconds(self) -> float:
-        return sum(p[3] for p in self.passes)
+        return sum(p.seconds for p in self.passes)
 
     def one_token(self, role: str) -> float:
-        """Median seconds of `role`'s passes in which every call fed one token."""
-        times = [p[3] for p in self.passes if p[0] == role and p[2] == 1]
+        """Median seconds of `role`'s decode passes in which every call fed one token."""
+        times = [p.seconds for p in self.passes if p.model == role and p.feed == 1]
         return statistics.median(times) if times else math.nan
-
-
-def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(10, vocab, (n, length), generator=g).tolist()
 
 
 # --- the core's rows --------------------------------------------------------------------------
@@ -132,10 +162,13 @@ def core_run(backends: dict, router, b: int, s: Settings, tokens: int, seed: int
     """b generations of `tokens` tokens at once through `generate_many`: throughput, share,
     and the passes' times."""
     timer = PassTimer()
+    gpu = s.device.startswith("cuda")
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
     owners = {}
     for role, backend in backends.items():
         owner = getattr(backend, "owner", backend)
-        owners[role] = (owner, owner.__dict__.get("forward_batch"))
+        owners[role] = (owner, {k: owner.__dict__.get(k) for k in WRAPPED})
         timer.wrap(role, owner)
     slots = _slots(backends, b)
     cfg = DecodeConfig(max_new_tokens=tokens, seed=seed)
@@ -151,22 +184,26 @@ def core_run(backends: dict, router, b: int, s: Settings, tokens: int, seed: int
         wall = time.perf_counter() - t0
     finally:
         for owner, own in owners.values():  # unwrap
-            owner.__dict__.pop("forward_batch", None)
-            if own is not None:
-                owner.forward_batch = own
+            for k, method in own.items():
+                owner.__dict__.pop(k, None)
+                if method is not None:
+                    setattr(owner, k, method)
     bad = [g for g in gens if isinstance(g, BaseException)]
     if bad:
         raise bad[0]
     n = sum(len(g.token_ids) for g in gens)
+    peak = {"peak_allocated_bytes": torch.cuda.max_memory_allocated()} if gpu else {}
     return {
         "tokens": n,
         "wall_s": wall,
         "tok_s": n / wall,
         "large_token_share": sum(sum(g.provenance) for g in gens) / n,
         "passes_s": timer.seconds(),
-        "passes": {r: sum(p[0] == r for p in timer.passes) for r in backends},
+        "passes": {r: sum(p.model == r for p in timer.passes) for r in backends},
         "t_small": timer.one_token("small"),
         "t_large": timer.one_token("large"),
+        **peak,
+        "pass_records": timer.passes,  # the cost model's input (not written to the JSON)
     }
 
 
@@ -177,15 +214,25 @@ def _slots(backends: dict, b: int) -> list[dict]:
     return [{role: seqs[i] for role, seqs in per_role.items()} for i in range(b)]
 
 
-def warm(backends: dict, b: int, s: Settings, tokens: int) -> None:
-    """An untimed run at this batch size, and every decode-step graph its lengths will need."""
-    for bk in backends.values():
+def warm(backends: dict, b: int, s: Settings, tokens: int) -> dict:
+    """Every static pass's graph the run's lengths will need at this batch size, captured, and
+    an untimed run; returns what was captured, how long it took and what failed, by role."""
+    captures = {}
+    for role, bk in backends.items():
         if isinstance(bk, HFBackend) and bk.step == "graph":
             bk.sequences(b)
-            bk.capture_steps(s.prompt_tokens + tokens + 8)
+            before, t0 = len(bk.graph_failures), time.perf_counter()
+            bk.capture_steps(s.prompt_tokens + tokens)
+            bk.sync()
+            captures[role] = {
+                "capture_s": round(time.perf_counter() - t0, 2),
+                "graphs_by_feed": bk.static.captured(),
+                "failures": bk.graph_failures[before:],
+            }
     core_run(backends, get_router("large"), b, s, 2, s.seed + 99)
     if "small" in backends:
         core_run(backends, get_router("small"), b, s, 2, s.seed + 99)
+    return captures
 
 
 def entropy_threshold(backends: dict, s: Settings) -> float:
@@ -218,118 +265,58 @@ class Budget:
         return False
 
 
-def core_rows(backends: dict, s: Settings, tokens: int, threshold: float, label: str, budget):
-    """Every router at every batch size on `backends`, with the cost model beside the hybrids."""
+def core_rows(
+    backends: dict,
+    s: Settings,
+    tokens: int,
+    threshold: float,
+    label: str,
+    budget,
+    captures: list | None = None,
+):
+    """Every router at every batch size on `backends`, each with the cost model beside it;
+    the graphs captured before each batch size go to `captures`."""
     rows = []
     batches = s.seeds_batches if label.startswith("seeds") else s.batches
     for b in batches:
         if not budget.allows(f"{label} B={b}"):
             continue
-        warm(backends, b, s, tokens)
-        by_name = {}
+        captured = warm(backends, b, s, tokens)
+        if captures is not None and captured:
+            captures.append({"setting": label, "B": b, **captured})
+        runs = {}
         for name, router, args in ROUTERS:
             args = {"threshold": threshold} if router == "entropy" else args
-            r = core_run(backends, get_router(router, args), b, s, tokens, s.seed)
-            by_name[name] = r
-            row = {"setting": label, "B": b, "config": name, **_rounded(r)}
-            row["measured_over_passes"] = round(r["tok_s"] * r["passes_s"] / r["tokens"], 3)
-            rows.append(row)
-        t_s, t_l = by_name["small-only"]["t_small"], by_name["large-only"]["t_large"]
-        for row in rows[-len(ROUTERS) :]:
-            if row["config"] in HYBRID:
-                model = b / (t_s + row["large_token_share"] * t_l)
-                row["cost_model_tok_s"] = round(model, 1)
-                row["measured_over_cost_model"] = round(row["tok_s"] / model, 3)
-        print(_progress(rows[-len(ROUTERS) :]), flush=True)
+            runs[name] = core_run(backends, get_router(router, args), b, s, tokens, s.seed)
+        steps = {"small": runs["small-only"]["t_small"], "large": runs["large-only"]["t_large"]}
+        for name, r in runs.items():
+            rows.append(
+                {"setting": label, "B": b, "config": name, **_rounded(r), **cost_model(r, steps)}
+            )
+        print(progress(rows[-len(ROUTERS) :]), flush=True)
     return rows
+
+
+def cost_model(r: dict, steps: dict) -> dict:
+    """A run's cost model (`costmodel.step_priced_seconds`: every decode pass at its model's
+    one-token step time `steps` at this batch size), measured against it, and the passes it
+    prices: counted per model per batch size, measured per feed bucket."""
+    passes = r["pass_records"]
+    model = r["tokens"] / costmodel.step_priced_seconds(passes, steps)
+    out = {"measured_over_passes": round(r["tok_s"] * r["passes_s"] / r["tokens"], 3)}
+    if math.isfinite(model):
+        out["cost_model_tok_s"] = round(model, 1)
+        out["measured_over_cost_model"] = round(r["tok_s"] / model, 3)
+    out["passes_by_size"] = costmodel.passes_by_size(passes)
+    out["feed_buckets"] = costmodel.feed_bucket_seconds(passes, feed_bucket)
+    return out
 
 
 def _rounded(r: dict) -> dict:
     out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+    del out["pass_records"]
     out["tok_s"] = round(r["tok_s"], 1)
     return out
-
-
-def _progress(rows) -> str:
-    return "\n".join(
-        f"  {r['setting']} B={r['B']} {r['config']}: {r['tok_s']} tok/s"
-        + (f" (cost model {r['cost_model_tok_s']})" if "cost_model_tok_s" in r else "")
-        for r in rows
-    )
-
-
-def batch_numerics(backend: HFBackend, n: int = 8, seed: int = 0) -> dict:
-    """How far a batched call's logits move from the same call made alone: n ragged calls
-    (cache lengths and new tokens differ by row) batched in one pass against each alone, on
-    `backend`'s model and dtype. Returns the largest |difference| over the vocabulary, and how
-    many of the n * rows greedy tokens differ (a flip needs a top-2 margin below the move)."""
-    g = torch.Generator().manual_seed(seed)
-    vocab = backend.n_vocab
-    group = [
-        (torch.randint(10, vocab, (int(torch.randint(1, 40, (1,), generator=g)),), generator=g),
-         torch.randint(10, vocab, (1 + i % 5,), generator=g).tolist())
-        for i in range(n)
-    ]  # fmt: skip
-    seqs = backend.sequences(n)
-    for s, (prefix, _) in zip(seqs, group, strict=True):
-        s.reset()
-        s.forward(prefix.tolist(), 1)
-    calls = [(s, new, len(new), False) for s, (_, new) in zip(seqs, group, strict=True)]
-    batched = backend.forward_batch(calls)
-    worst, flips, rows = 0.0, 0, 0
-    for (prefix, new), (got, _) in zip(group, batched, strict=True):
-        backend.reset()
-        backend.forward(prefix.tolist(), 1)
-        alone, _ = backend.forward(new, len(new))
-        worst = max(worst, float((got - alone).abs().max()))
-        flips += int((got.argmax(-1) != alone.argmax(-1)).sum())
-        rows += len(new)
-    for s in seqs:
-        s.reset()
-    return {"dtype": str(backend.model.dtype).replace("torch.", ""), "calls": n, "rows": rows,
-            "max_abs_logit_diff": worst, "argmax_flips": flips}  # fmt: skip
-
-
-# --- transformers' own generate ---------------------------------------------------------------
-
-
-def hf_generate_rows(model, s: Settings, budget: Budget) -> list[dict]:
-    """Large's own `generate`: eager and static-cache (compiled by transformers on CUDA)."""
-    rows = []
-    for b in s.hf_batches:
-        if not budget.allows(f"transformers generate B={b}"):
-            continue
-        ids = torch.tensor(prompts(b, s.prompt_tokens, model.config.vocab_size, s.seed))
-        ids = ids.to(model.device)
-        for mode in ("eager", "static"):
-            kw = {"cache_implementation": "static"} if mode == "static" else {}
-            runs = 2 if mode == "static" else 1  # the first static run compiles: untimed
-            for _ in range(runs):
-                t = _timed_generate(model, ids, s.new_tokens, kw)
-            label = "static, compiled" if s.device.startswith("cuda") else "static (CPU: eager)"
-            rows.append({"setting": "transformers generate (large)", "B": b,
-                         "config": "eager" if mode == "eager" else label,
-                         "tok_s": round(b * s.new_tokens / t, 1), "wall_s": round(t, 3)})  # fmt: skip
-            print(_progress(rows[-1:]), flush=True)
-    return rows
-
-
-def _timed_generate(model, ids, n: int, kw: dict) -> float:
-    _sync(model.device)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-            do_sample=False, eos_token_id=None, pad_token_id=0, **kw,
-        )  # fmt: skip
-    _sync(model.device)
-    assert out.shape[1] == ids.shape[1] + n
-    return time.perf_counter() - t0
-
-
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -338,8 +325,13 @@ def _sync(device) -> None:
 def bench(s: Settings, configs: dict, out: Path | None) -> dict:
     """Every section of the module docstring, in order, within the time budget."""
     start, budget = time.perf_counter(), Budget(s.budget_s)
-    result = {"settings": _describe(s), "versions": _versions(), "rows": [],
-              "skipped": budget.skipped}  # fmt: skip
+    result = {
+        "settings": _describe(s),
+        "versions": _versions(),
+        "rows": [],
+        "skipped": budget.skipped,
+        "captures": [],
+    }
 
     def save() -> None:  # after every section: a run cut short keeps what it measured
         result["seconds"] = round(time.perf_counter() - start, 1)
@@ -348,9 +340,13 @@ def bench(s: Settings, configs: dict, out: Path | None) -> dict:
             out.write_text(json.dumps(result, indent=1) + "\n")
 
     gpu = s.device.startswith("cuda")
-    n_ctx = s.prompt_tokens + max(s.new_tokens, s.seeds_tokens) + 16
-    models = {role: random_model(configs[role], s.device, s.dtype, s.seed + i)
-              for i, role in enumerate(("small", "large"))}  # fmt: skip
+    # room for the longest static pass's padding past a sequence's end: no cache regrowth (which
+    # drops the graphs) in a timed run
+    n_ctx = s.prompt_tokens + max(s.new_tokens, s.seeds_tokens) + 16 + FEED_BUCKETS[-1]
+    models = {
+        role: random_model(configs[role], s.device, s.dtype, s.seed + i)
+        for i, role in enumerate(("small", "large"))
+    }
     if "generate" in s.sections:
         print("transformers generate ...", flush=True)
         result["rows"] += hf_generate_rows(models["large"], s, budget)
@@ -361,13 +357,17 @@ def bench(s: Settings, configs: dict, out: Path | None) -> dict:
     result["entropy_threshold"] = threshold
     if "core" in s.sections:
         print("core, transformers backend ...", flush=True)
-        with _peak_memory(result, s, hf):
-            result["rows"] += core_rows(hf, s, s.new_tokens, threshold, "core hf", budget)
-    result["graphs"] = {  # decode steps captured as CUDA graphs, and any that fell back
-        role: {"step": b.step, "captured": sum(g is not None for g in b.graphs.values()),
-               "failures": b.graph_failures}
+        rows = core_rows(hf, s, s.new_tokens, threshold, "core hf", budget, result["captures"])
+        result["rows"] += rows
+        result[f"memory_B{max(s.batches)}"] = _memory(rows, max(s.batches), hf)
+    result["graphs"] = {  # static passes captured as CUDA graphs, and any that fell back
+        role: {
+            "step": b.step,
+            "captured": sum(g is not None for g in b.graphs.values()),
+            "failures": b.graph_failures,
+        }
         for role, b in hf.items()
-    }  # fmt: skip
+    }
     save()
     why = llamacpp_status(gpu)
     result["llama.cpp"] = why or "available"
@@ -382,7 +382,9 @@ def bench(s: Settings, configs: dict, out: Path | None) -> dict:
         save()
     if "seeds" in s.sections and budget.allows("seeds' setting"):
         print("seeds' setting: small on the CPU, large on the GPU ...", flush=True)
-        result["rows"] += seeds_rows(configs, models["large"], s, folder, threshold, n_ctx, budget)
+        result["rows"] += seeds_rows(
+            configs, models["large"], s, folder, threshold, n_ctx, budget, result["captures"]
+        )
     save()
     return result
 
@@ -392,7 +394,9 @@ def _quant(path: Path) -> str:
     return path.stem.rsplit("-", 1)[-1]
 
 
-def seeds_rows(configs, large, s: Settings, folder: Path, threshold: float, n_ctx: int, budget):
+def seeds_rows(
+    configs, large, s: Settings, folder: Path, threshold: float, n_ctx: int, budget, captures: list
+):
     """Small on the CPU (llama.cpp, Q8_0, where installed; else transformers), large on the
     pair's device (transformers), per stream and batched."""
     small = random_model(configs["small"], "cpu", torch.float32, s.seed)
@@ -400,28 +404,26 @@ def seeds_rows(configs, large, s: Settings, folder: Path, threshold: float, n_ct
     large_b = hf_backend(large, "large", n_ctx)
     if not llamacpp_status(gpu=False):
         path = gguf_of(small, folder, "small", s.threads, quantize=True)
-        small_b = llamacpp_backends({"small": path}, {"small": "cpu"}, max(s.seeds_batches),
-                                    n_ctx, s.threads)["small"]  # fmt: skip
+        small_b = llamacpp_backends(
+            {"small": path}, {"small": "cpu"}, max(s.seeds_batches), n_ctx, s.threads
+        )["small"]
         label = f"seeds: small llama.cpp CPU ({_quant(path)}), large hf {s.device}"
     else:
         small_b = hf_backend(small.to(torch.bfloat16), "small", n_ctx)
         label = f"seeds: small hf CPU bf16, large hf {s.device}"
     backends = {"small": small_b, "large": large_b}
-    return core_rows(backends, s, s.seeds_tokens, threshold, label, budget)
+    return core_rows(backends, s, s.seeds_tokens, threshold, label, budget, captures)
 
 
-@contextlib.contextmanager
-def _peak_memory(result: dict, s: Settings, backends: dict):
-    """Peak GPU memory allocated during the largest batch, and each model's KV bytes."""
-    if s.device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-    yield
-    b = max(s.batches)
+def _memory(rows: list[dict], b: int, backends: dict) -> dict:
+    """Peak GPU memory allocated in the B = b rows (each row's own peak; graphs, caches and
+    weights included), and each model's KV cache and weight bytes."""
     mem = {f"kv_bytes_{role}": bk.kv_nbytes() for role, bk in backends.items()}
     mem["weights_bytes"] = sum(bk.info.weight_bytes for bk in backends.values())
-    if s.device.startswith("cuda"):
-        mem["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-    result[f"memory_B{b}"] = mem
+    peaks = [r["peak_allocated_bytes"] for r in rows if r["B"] == b and "peak_allocated_bytes" in r]
+    if peaks:
+        mem["peak_allocated_bytes"] = max(peaks)
+    return mem
 
 
 def _describe(s: Settings) -> dict:
@@ -435,20 +437,8 @@ def _describe(s: Settings) -> dict:
 def _versions() -> dict:
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "python": sys.version.split()[0]}  # fmt: skip
-
-
-COLUMNS = ("setting", "B", "config", "tok_s", "large_token_share", "cost_model_tok_s",
-           "measured_over_cost_model", "measured_over_passes")  # fmt: skip
-
-
-def table(result: dict) -> str:
-    """The rows as one markdown table (what docs/speed.md's GPU table is made from)."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in result["rows"]:
-        lines.append("| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |")
-    for k, v in result.items():
-        if k.startswith("memory_"):
-            lines.append(f"\n{k}: " + ", ".join(f"{a} {b / 2**30:.2f} GiB" for a, b in v.items()))
-    return "\n".join(lines)
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+    }

@@ -8,6 +8,10 @@ network round trip for every forward pass of a large model that sits behind a ne
     >>> modeled_latency(records, manifest, profile)["modeled_tok_per_s"]
 
 `this-machine` measures this machine's bandwidth with a short copy probe, only when asked for.
+
+Measured on a machine (`hybridbench bench-gpu`), the cost model of a run is its own passes
+(`PassRecord`), each decode pass priced at its model's measured one-token step time
+(`step_priced_seconds`), the same for every router.
 """
 
 from __future__ import annotations
@@ -192,3 +196,63 @@ def cost_per_example(records: Sequence[dict], price: PriceProfile) -> float:
     """Example-mean of `example_cost_usd` over non-failed records; NaN for none."""
     costs = [example_cost_usd(r, price) for r in ok_records(records)]
     return sum(costs) / len(costs) if costs else NAN
+
+
+# ---------------------------------------------------------------- passes priced at the step
+
+
+@dataclass(frozen=True)
+class PassRecord:
+    """One batched model pass of a timed run (`hybridbench bench-gpu`)."""
+
+    model: str  # the role that ran it: small, large, reward, router
+    calls: int  # generations whose calls it ran together
+    feed: int  # tokens of its longest call
+    prefill: bool  # some call started its model's cache (a prompt): not a decode pass
+    seconds: float  # measured, device-synchronized
+
+
+def step_priced_seconds(passes: Sequence[PassRecord], step_seconds: Mapping[str, float]) -> float:
+    """The cost model's seconds for a run's passes, the same for every router: each decode pass
+    priced at its model's one-token step time at the run's batch size (`step_seconds`, by model),
+    whatever it feeds, since at these sizes a pass of a few tokens reads the same weights as a
+    pass of one (the memory-bound ideal, speculative verifies included); a prefill pass at its
+    measured seconds (the prompts cost every row the same). Example: small's step 2 ms, large's
+    10 ms; passes: prefill of each (30 ms, 50 ms), 8 small decode passes, 3 large catch-ups of
+    1-5 tokens: 0.08 + 8 x 0.002 + 3 x 0.010 = 0.126 s. NaN when a model has no step time."""
+    total = 0.0
+    for p in passes:
+        total += p.seconds if p.prefill else step_seconds.get(p.model, NAN)
+    return total
+
+
+def passes_by_size(passes: Sequence[PassRecord]) -> dict[str, dict[int, int]]:
+    """Decode passes counted per model per batch size (calls in the pass):
+    [small x3 calls, small x3, large x1] -> {"small": {3: 2}, "large": {1: 1}}."""
+    out: dict[str, dict[int, int]] = {}
+    for p in passes:
+        if not p.prefill:
+            sizes = out.setdefault(p.model, {})
+            sizes[p.calls] = sizes.get(p.calls, 0) + 1
+    return out
+
+
+def feed_bucket_seconds(
+    passes: Sequence[PassRecord], bucket: Callable[[int], int | None]
+) -> dict[str, dict[str, dict]]:
+    """Measured decode passes per model per feed bucket (`bucket(feed)`, None: past the
+    largest, labelled "long"): {"large": {"8": {"passes": 12, "median_s": 0.011}}}, to read
+    beside the cost model's one price per pass."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for p in passes:
+        if not p.prefill:
+            b = bucket(p.feed)
+            groups.setdefault((p.model, "long" if b is None else str(b)), []).append(p.seconds)
+    out: dict[str, dict[str, dict]] = {}
+    for (model, b), secs in sorted(groups.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
+        out.setdefault(model, {})[b] = {"passes": len(secs), "median_s": float(np.median(secs))}
+    return out
+
+
+def _order(label: str) -> float:
+    return float("inf") if label == "long" else float(label)
