@@ -207,7 +207,7 @@ def test_setsid_daemon_is_killed_when_the_program_exits():
 
 
 def test_writes_and_deletes_outside_the_workdir_fail():
-    require("readonly_filesystem")
+    require("private_root")
     tag = secrets.token_hex(6)
     escape, in_repo = Path(f"/tmp/hb_escape_{tag}"), REPO / f"hb_escape_{tag}"
     # A world-writable victim in a world-writable dir: only the read-only mounts protect it.
@@ -294,7 +294,9 @@ def test_code_cannot_kill_the_harness(code):
     require("privilege_drop")  # without it the code has the harness's uid and would kill pytest
     result = run_python(code.format(pid=os.getpid()))
     assert result.status == "error"
-    assert "PermissionError" in result.stderr
+    # Another uid's process; with private_root, no process of the harness's PID namespace at all.
+    refused = "ProcessLookupError" if isolation_report().private_root else "PermissionError"
+    assert refused in result.stderr or "PermissionError" in result.stderr, result.stderr
     os.kill(os.getpid(), 0)  # still here
 
 
@@ -328,7 +330,7 @@ def test_file_size_limit():
 
 
 def test_disk_limit():
-    require("readonly_filesystem")
+    require("private_root")
     code = "for i in range(8):\n    open(f'f{i}', 'wb').write(b'x' * 2**20)"
     result = run_python(code, Limits(max_disk_mb=4))
     assert result.status == "error" and "No space left" in result.stderr
@@ -363,7 +365,7 @@ def test_root_gets_every_layer():
     if os.geteuid() != 0:
         pytest.skip("not root")
     report = isolation_report()
-    assert report.privilege_drop and report.network_namespace and report.readonly_filesystem
+    assert report.privilege_drop and report.network_namespace and report.private_root
     assert report.python is not None
     assert all(note.startswith("python:") for note in report.notes)  # at most a fallback python
 
