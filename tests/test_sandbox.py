@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -237,6 +238,49 @@ def test_writes_and_deletes_outside_the_workdir_fail():
         for path in (escape, in_repo):
             path.unlink(missing_ok=True)
         shutil.rmtree(victim_dir)
+
+
+def test_the_root_holds_only_python_and_the_run(tmp_path):
+    """With private_root the program sees the interpreter, its standard library, /dev's few
+    devices, its own /proc and its run folder: no checkout, environment, cache, home, /etc, other
+    run or other process, whatever their modes."""
+    require("private_root")
+    planted = Path(tempfile.mkdtemp(prefix="hybridbench-sandbox-"))  # looks like another run
+    os.chmod(planted, 0o755)
+    (planted / "main.py").write_text("secret")
+    os.chmod(planted / "main.py", 0o644)
+    host = [REPO, Path(sys.prefix), Path.home() / ".cache", Path("/etc"), planted]
+    code = (
+        "import json, os, sys, sysconfig\n"
+        f"host = {[str(p) for p in host]!r}\n"
+        "print(json.dumps({\n"
+        "    'seen': [p for p in host if os.path.exists(p)],\n"
+        "    'top': sorted(os.listdir('/')),\n"
+        "    'dev': sorted(os.listdir('/dev')),\n"
+        "    'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),\n"
+        "    'pid': os.getpid(),\n"
+        "    'run': sorted(os.listdir(os.path.dirname(os.getcwd()))),\n"
+        "    'cwd': os.getcwd(),\n"
+        "    'tmp': os.listdir(os.path.dirname(os.path.dirname(os.getcwd()))),\n"
+        "    'packages': os.listdir(sysconfig.get_paths()['purelib'])\n"
+        "        if os.path.isdir(sysconfig.get_paths()['purelib']) else [],\n"
+        "    'stdlib': os.path.exists(os.path.join(sysconfig.get_paths()['stdlib'], 'json')),\n"
+        "}))\n"
+    )
+    try:
+        result = run_python(code)
+    finally:
+        shutil.rmtree(planted)
+    assert result.status == "ok", result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["seen"] == [] and seen["packages"] == [] and seen["stdlib"]
+    assert seen["run"] == ["main.py", "work"]
+    assert seen["tmp"] == [Path(seen["cwd"]).parent.name]  # no other run's folder
+    devices = {"null", "zero", "full", "random", "urandom"}
+    assert set(seen["dev"]) == devices | {"fd", "stdin", "stdout", "stderr"}
+    assert seen["pids"] == [1, seen["pid"]]  # its namespace's init and itself
+    allowed = {"bin", "dev", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr"}
+    assert set(seen["top"]) <= allowed | {Path(sys.base_prefix).parts[1]}
 
 
 def test_socket_to_a_harness_server_never_connects():
