@@ -34,6 +34,7 @@ from harness.sandbox import (
     isolation_report,
     run_python,
     run_tests,
+    supervise,
     tested,
 )
 from harness.sandbox.calls import decode, encode
@@ -403,6 +404,21 @@ def test_fallback_without_any_layer_still_limits():
     bare = Isolation(False, False, False, False, python=sys.executable)
     assert _run("print(2 + 2)", Limits(), bare).stdout == "4\n"
     assert _run("while True:\n    pass", Limits(timeout_s=1), bare).status == "timeout"
+
+
+def test_without_namespaces_it_says_so_once_and_scores_as_before(monkeypatch, capsys):
+    def no_namespaces(wanted):
+        return {name: "" if name == "privilege_drop" else "unshare: EPERM" for name in wanted}
+
+    monkeypatch.setattr(supervise, "_probe_layers", no_namespaces)
+    report = supervise.isolation_report.__wrapped__()  # the cached probe, run again
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the code sandbox runs without")
+    assert "network_namespace and private_root" in lines[0] and "unshare: EPERM" in lines[0]
+    assert not (report.network_namespace or report.private_root) and report.python
+    assert _run("print(2 + 2)", Limits(), report).stdout == "4\n"
+    tests = tested.Tests("assert double(2) == 4", ("double",))
+    assert tested._run_tests(DOUBLE, tests, Limits(), report, ()).passed
 
 
 def test_root_gets_every_layer():

@@ -52,6 +52,8 @@ def bootstrap(cfg: dict) -> None:
         failed = {name: why for name, why in _isolate(cfg).items() if why}
         if failed:
             raise OSError(f"isolation layers failed: {failed}")
+        if cfg["private_root"]:  # this process stays: it dies with the harness, init with it
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != cfg["parent"]:
             raise OSError("the harness exited during setup")
         if cfg["private_root"]:
@@ -94,6 +96,7 @@ def _start_init(cfg: dict, uid: int | None, status_fd: int) -> int:
                 _exec_code(cfg, uid)
         except BaseException as exc:
             _fail(status_fd, exc)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # nor interrupt it (without privilege_drop)
         _close_all_but(exit_w)  # the code's pipes reach EOF as soon as the code is gone
         os.write(exit_w, _reap_until(code).to_bytes(4, "big"))
         os._exit(0)  # the kernel now kills whatever the code left in the namespace
@@ -114,7 +117,7 @@ def _reap_until(pid: int) -> int:
 
 def _close_all_but(keep: int) -> None:
     os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 20)
+    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
 
 
 def _mirror(status: int) -> None:

@@ -149,7 +149,7 @@ def _with_python(iso: Isolation) -> Isolation:
         if ran.status == "ok" and ran.stdout == "6\n":
             if python == sys.executable:
                 return candidate
-            note = f"python: {sys.executable} is not usable by the sandbox uid"
+            note = f"python: {sys.executable} does not run in the sandbox"
             return replace(candidate, notes=(*iso.notes, note))
         failures.append(f"{python}: {ran.status} {ran.stderr.strip()[-300:]}")
     if iso.private_root:
