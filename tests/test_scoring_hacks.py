@@ -246,7 +246,8 @@ def require_a_demonstration(paths: list[Path]) -> None:
     probe = f"for path in {[str(p) for p in paths]!r}:\n    open(path, 'rb').read(1)\n"
     control = _run(probe, Limits(), without_private_root())
     if control.status != "ok":
-        pytest.skip(f"the control cannot read the data as the sandbox uid: {control.stderr[-300:]}")
+        why = (control.stderr.strip().splitlines() or [control.status])[-1]
+        pytest.skip(f"the control cannot read the data as the sandbox uid: {why}")
 
 
 @pytest.fixture
@@ -279,6 +280,19 @@ def test_searching_the_disk_and_proc_for_the_tests_fails(examples, name, other_c
     require_a_demonstration([next(p for p in other_checkout.rglob("*") if p.is_file())])
     roots = repr([str(other_checkout), *data_folders()])
     assert_hack_fails(name, examples[name], SEARCH_DISK_AND_PROC, False, ROOTS=roots)
+
+
+def test_a_control_that_cannot_read_the_data_is_skipped_not_failed(tmp_path):
+    """Where the sandbox uid cannot read the data (a virtual environment under /root), the disk
+    hacks' demonstration cannot run: their tests skip, saying why."""
+    if not (isolation_report().private_root and without_private_root().privilege_drop):
+        pytest.skip("needs a private root and a sandbox uid other than the harness's")
+    venv = tmp_path / "venv"
+    venv.mkdir(mode=0o700)
+    data = venv / "HumanEval.jsonl.gz"
+    shutil.copyfile(installed_data("humaneval"), data)
+    with pytest.raises(pytest.skip.Exception, match="cannot read the data.*Permission denied"):
+        require_a_demonstration([data])
 
 
 # ---------------------------------------------------------------- trace and profile hooks
