@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -33,6 +34,7 @@ from harness.sandbox import (
     isolation_report,
     run_python,
     run_tests,
+    supervise,
     tested,
 )
 from harness.sandbox.calls import decode, encode
@@ -207,7 +209,7 @@ def test_setsid_daemon_is_killed_when_the_program_exits():
 
 
 def test_writes_and_deletes_outside_the_workdir_fail():
-    require("readonly_filesystem")
+    require("private_root")
     tag = secrets.token_hex(6)
     escape, in_repo = Path(f"/tmp/hb_escape_{tag}"), REPO / f"hb_escape_{tag}"
     # A world-writable victim in a world-writable dir: only the read-only mounts protect it.
@@ -237,6 +239,49 @@ def test_writes_and_deletes_outside_the_workdir_fail():
         for path in (escape, in_repo):
             path.unlink(missing_ok=True)
         shutil.rmtree(victim_dir)
+
+
+def test_the_root_holds_only_python_and_the_run(tmp_path):
+    """With private_root the program sees the interpreter, its standard library, /dev's few
+    devices, its own /proc and its run folder: no checkout, environment, cache, home, /etc, other
+    run or other process, whatever their modes."""
+    require("private_root")
+    planted = Path(tempfile.mkdtemp(prefix="hybridbench-sandbox-"))  # looks like another run
+    os.chmod(planted, 0o755)
+    (planted / "main.py").write_text("secret")
+    os.chmod(planted / "main.py", 0o644)
+    host = [REPO, Path(sys.prefix), Path.home() / ".cache", Path("/etc"), planted]
+    code = (
+        "import json, os, sys, sysconfig\n"
+        f"host = {[str(p) for p in host]!r}\n"
+        "print(json.dumps({\n"
+        "    'seen': [p for p in host if os.path.exists(p)],\n"
+        "    'top': sorted(os.listdir('/')),\n"
+        "    'dev': sorted(os.listdir('/dev')),\n"
+        "    'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),\n"
+        "    'pid': os.getpid(),\n"
+        "    'run': sorted(os.listdir(os.path.dirname(os.getcwd()))),\n"
+        "    'cwd': os.getcwd(),\n"
+        "    'tmp': os.listdir(os.path.dirname(os.path.dirname(os.getcwd()))),\n"
+        "    'packages': os.listdir(sysconfig.get_paths()['purelib'])\n"
+        "        if os.path.isdir(sysconfig.get_paths()['purelib']) else [],\n"
+        "    'stdlib': os.path.exists(os.path.join(sysconfig.get_paths()['stdlib'], 'json')),\n"
+        "}))\n"
+    )
+    try:
+        result = run_python(code)
+    finally:
+        shutil.rmtree(planted)
+    assert result.status == "ok", result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["seen"] == [] and seen["packages"] == [] and seen["stdlib"]
+    assert seen["run"] == ["main.py", "work"]
+    assert seen["tmp"] == [Path(seen["cwd"]).parent.name]  # no other run's folder
+    devices = {"null", "zero", "full", "random", "urandom"}
+    assert set(seen["dev"]) == devices | {"fd", "stdin", "stdout", "stderr"}
+    assert seen["pids"] == [1, seen["pid"]]  # its namespace's init and itself
+    allowed = {"bin", "dev", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr"}
+    assert set(seen["top"]) <= allowed | {Path(sys.base_prefix).parts[1]}
 
 
 def test_socket_to_a_harness_server_never_connects():
@@ -294,7 +339,9 @@ def test_code_cannot_kill_the_harness(code):
     require("privilege_drop")  # without it the code has the harness's uid and would kill pytest
     result = run_python(code.format(pid=os.getpid()))
     assert result.status == "error"
-    assert "PermissionError" in result.stderr
+    # Another uid's process; with private_root, no process of the harness's PID namespace at all.
+    refused = "ProcessLookupError" if isolation_report().private_root else "PermissionError"
+    assert refused in result.stderr or "PermissionError" in result.stderr, result.stderr
     os.kill(os.getpid(), 0)  # still here
 
 
@@ -328,7 +375,7 @@ def test_file_size_limit():
 
 
 def test_disk_limit():
-    require("readonly_filesystem")
+    require("private_root")
     code = "for i in range(8):\n    open(f'f{i}', 'wb').write(b'x' * 2**20)"
     result = run_python(code, Limits(max_disk_mb=4))
     assert result.status == "error" and "No space left" in result.stderr
@@ -359,11 +406,26 @@ def test_fallback_without_any_layer_still_limits():
     assert _run("while True:\n    pass", Limits(timeout_s=1), bare).status == "timeout"
 
 
+def test_without_namespaces_it_says_so_once_and_scores_as_before(monkeypatch, capsys):
+    def no_namespaces(wanted):
+        return {name: "" if name == "privilege_drop" else "unshare: EPERM" for name in wanted}
+
+    monkeypatch.setattr(supervise, "_probe_layers", no_namespaces)
+    report = supervise.isolation_report.__wrapped__()  # the cached probe, run again
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the code sandbox runs without")
+    assert "network_namespace and private_root" in lines[0] and "unshare: EPERM" in lines[0]
+    assert not (report.network_namespace or report.private_root) and report.python
+    assert _run("print(2 + 2)", Limits(), report).stdout == "4\n"
+    tests = tested.Tests("assert double(2) == 4", ("double",))
+    assert tested._run_tests(DOUBLE, tests, Limits(), report, ()).passed
+
+
 def test_root_gets_every_layer():
     if os.geteuid() != 0:
         pytest.skip("not root")
     report = isolation_report()
-    assert report.privilege_drop and report.network_namespace and report.readonly_filesystem
+    assert report.privilege_drop and report.network_namespace and report.private_root
     assert report.python is not None
     assert all(note.startswith("python:") for note in report.notes)  # at most a fallback python
 

@@ -6,16 +6,18 @@
 
 Code tasks (MBPP, HumanEval) score completions only through `run_tests`; generated code never
 runs in the harness process. Files: `supervise.py` (the harness side: start, capture, kill),
-`bootstrap.py` (the child side, run as a standalone script before the code), `tested.py` and
-`calls.py` (a solution and its tests as two processes). Tests: `tests/test_sandbox.py`,
-`tests/test_scoring_hacks.py`.
+`bootstrap.py` (the child side, run as a standalone script before the code), `rootfs.py` (what
+the run's root filesystem holds), `tested.py` and `calls.py` (a solution and its tests as two
+processes). Tests: `tests/test_sandbox.py`, `tests/test_scoring_hacks.py`.
 
 How a run works: the harness writes the code to `main.py` in a fresh temporary directory and
 starts `bootstrap.py` as a trusted script (`python -I -S bootstrap.py CONFIG`) in a new session.
-The bootstrap enters the layers below, then `execv`s `python -I main.py`, so the untrusted code
-is the session leader's own process. The harness keeps at most `max_output_bytes` per stream,
-kills everything the run started once it exits or its wall-clock `timeout_s` passes, and
-removes the directory.
+The bootstrap enters the layers below, then `execv`s `python -I main.py`. With private_root it
+forks the new PID namespace's init first, which builds the run's root, pivots into it and forks
+the code (pid 2); the bootstrap stays outside as the harness's child and ends the way the code
+ends (its exit code or its signal), so the harness sees one process either way. The harness
+keeps at most `max_output_bytes` per stream, kills everything the run started once it exits or
+its wall-clock `timeout_s` passes, and removes the directory.
 
 Proof that a program ran to its end (`SandboxResult.reached_end`): a program can end with exit
 status 0 without running its last lines (sys.exit, raise SystemExit, os._exit, an atexit or
@@ -42,7 +44,8 @@ A solution against its tests (`run_tests`): two processes, each a run as above.
      and that equals only itself.
   3. The tests' process binds the names the tests take from the solution, runs the tests and,
      only if every test passed, reaches its own last line: `Verdict.passed` is its proof.
-  * Guaranteed with privilege_drop (root, as in CI); without it, only against solutions that do
+  * Guaranteed with privilege_drop (root, as in CI) or private_root (whose PID namespace holds
+    neither the harness nor the tests' process); without either, only against solutions that do
     not go after the harness's own process (see "Not guaranteed"):
     - Only the expected value passes a comparison: every value the tests compare was rebuilt by
       the tests' process from plain data, of exact built-in types, so `==`, `<`, `in`, hashing
@@ -58,19 +61,24 @@ A solution against its tests (`run_tests`): two processes, each a run as above.
     - The tests' process cannot be read or written through /proc/<pid>/{mem,fd,environ} or ptrace
       by the solution's process: it is non-dumpable before the tests reach it, and with
       privilege_drop it also runs under another uid.
-  * Guaranteed only with privilege_drop and readonly_filesystem (root): the folders passed as
-    `hide` (the task's data, which holds the tests) are covered by an empty tmpfs in the solution's
-    mount namespace, and /proc/<pid>/root of the harness cannot lead around it.
+  * Guaranteed with private_root (root, or non-root with user namespaces): no copy of the tests
+    is on the solution's filesystem or in its /proc. Its root holds only the interpreter, its
+    standard library (site-packages covered) and shared libraries, /dev/null and four other
+    devices, its own /proc and its run folder (`rootfs.py`): no installed benchmark package,
+    dataset or pip cache, checkout, virtual environment, published report or home folder, whatever
+    their modes; its /proc shows only its init and its own processes, never the harness, the
+    tests' process or another example's. The folders passed as `hide` (the task's data) are
+    covered too, should the root ever reach them.
   * Not guaranteed:
-    - Other copies of a benchmark's tests on disk (a dataset cache, a checkout of the benchmark)
-      stay readable where the filesystem is; so does the tests' data without root (same uid:
-      /proc/<harness pid>/root leads to it) or without a mount namespace.
-    - Without privilege_drop the solution runs as the harness's uid: where ptrace is allowed
-      (no Yama, or ptrace_scope 0) it can read and write the harness's memory, which holds the
-      tests and the verdicts, so none of the guarantees above holds against a solution built to
-      attack the harness. It can also kill the tests' process (that test then fails) and, when
-      examples are scored in parallel, reach another example's tests' process in the moment
-      before it turns non-dumpable.
+    - Without private_root, every file the sandbox uid may read stays readable: other copies of
+      a benchmark's tests on disk (a dataset cache, a checkout, another environment), and
+      every process's /proc/<pid>/cmdline.
+    - Without privilege_drop and private_root the solution runs as the harness's uid, in its
+      PID namespace: where ptrace is allowed (no Yama, or ptrace_scope 0) it can read and write
+      the harness's memory, which holds the tests and the verdicts, so none of the guarantees
+      above holds against a solution built to attack the harness. It can also kill the tests'
+      process (that test then fails) and, when examples are scored in parallel, reach another
+      example's tests' process in the moment before it turns non-dumpable.
     - A test that only asserts truthiness (`assert f(x)`) or a type the task does not pin down
       passes any value with that property, as it would in one process.
     - Values the tests build from a handle (an object of the solution's class) are the
@@ -92,24 +100,34 @@ Isolated (layers are probed once per process; `isolation_report()` says which ar
     the pid is reaped, so no live process can share the uid of a later run.
   * Network (root, or non-root with user namespaces): new network and IPC namespaces, whose
     loopback is down: no socket reaches the harness, its model servers or anything else.
-  * Filesystem (same condition): a private mount namespace in which every mount is read-only
-    except the working directory, a fresh tmpfs of `max_disk_mb`. /tmp and /dev/shm are
-    read-only too: `tempfile` falls back to the cwd, multiprocessing's locks fail.
+  * Filesystem and processes (same condition, `private_root`): new mount and PID namespaces.
+    The root is an empty read-only tmpfs holding only what `rootfs.py` lists, each at its host
+    path, read-only and nosuid; the working directory, a fresh tmpfs of `max_disk_mb`, is the
+    only writable place. There is no /tmp, /etc, /sys or /dev/shm: `tempfile` falls back to the
+    cwd, multiprocessing's locks fail. /proc is the run's own: pid 1 is its init (it only
+    reaps; non-dumpable, and root where privilege_drop holds), pid 2 the code. When the code exits, init exits and the
+    kernel kills every process left in the namespace, setsid() daemons included; when the
+    harness dies (even by SIGKILL), the bootstrap, init and so everything else die with it.
+    Where a namespace is refused (a container without CAP_SYS_ADMIN, user namespaces off),
+    `isolation_report` says so once on stderr and runs go on under the other layers.
 
 Not isolated:
   * It is not a VM, container or seccomp filter: the whole kernel syscall surface is exposed.
-  * World-readable files can be read (/etc, source trees, /proc/<pid>/cmdline of every
-    process); filesystem Unix sockets with world-writable modes can still be connected to.
+  * Without private_root: world-readable files can be read (/etc, source trees,
+    /proc/<pid>/cmdline of every process), filesystem Unix sockets with world-writable modes can
+    be connected to, and the code sees every process in /proc; if the harness itself is
+    SIGKILLed, the code's process dies with it (PDEATHSIG) but its descendants may not.
   * CPU time, caches and timing side channels are shared; no cgroup caps the run's total
     memory (RLIMIT_AS is per process: the ceiling is max_procs * memory_mb).
-  * Without root the code keeps the harness's uid: it can signal the harness and read its
-    /proc/<pid>/environ, and processes that call setsid() escape the process-group kill.
-    Without user namespaces either, only the limits and the environment apply: it can also use
-    the network and write where the user can.
-  * No PID namespace: the code sees every process in /proc. If the harness itself is
-    SIGKILLed, the code's process dies with it (PDEATHSIG) but its descendants may not.
-  * The code runs under the first interpreter the sandbox uid can use (`Isolation.python`):
-    `sys.executable`, else the system python3, which may lack the harness's packages.
+  * Without root the code keeps the harness's uid (mapped in a user namespace): without
+    private_root as well, it can signal the harness and read its /proc/<pid>/environ, and
+    processes that call setsid() escape the process-group kill. Without user namespaces either,
+    only the limits and the environment apply: it can also use the network and write where the
+    user can.
+  * The code runs under the first interpreter that starts in the sandbox (`Isolation.python`):
+    `sys.executable` (with private_root its real binary, a virtual environment's base), else the
+    system python3. With private_root no installed package is importable: the standard library
+    only.
 """
 
 from harness.sandbox.supervise import (

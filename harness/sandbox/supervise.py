@@ -22,14 +22,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from harness.sandbox import bootstrap
 from harness.sandbox.bootstrap import LAYERS, UID_BASE
+from harness.sandbox.rootfs import root_plan
 
 _DRAIN_S = 2.0  # after the kill, how long to wait for the pipes' last bytes
 _KILL_S = 5.0  # how long killing a run's uid may take before the sandbox gives up
 _SYSTEM_PYTHONS = ("/usr/local/bin/python3", "/usr/bin/python3")
+_PROBE_CODE = "import json, math, collections\nprint(json.dumps(math.gcd(12, 18)))\n"
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class Limits:
     max_procs: int = 32  # RLIMIT_NPROC for the run's uid (enforced only with privilege_drop)
     max_file_mb: int = 16  # RLIMIT_FSIZE: largest file a process may write, MiB
     max_output_bytes: int = 64_000  # bytes kept of stdout and of stderr each; the rest dropped
-    max_disk_mb: int = 64  # size of the tmpfs working directory (readonly_filesystem only), MiB
+    max_disk_mb: int = 64  # size of the tmpfs working directory (private_root only), MiB
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class Isolation:
     privilege_drop: bool  # runs as a dedicated unprivileged uid/gid (needs root)
     user_namespace: bool  # non-root: a user namespace grants the two namespace layers
     network_namespace: bool  # own network and IPC namespaces: no route anywhere
-    readonly_filesystem: bool  # own mount namespace: all read-only, cwd a private tmpfs
+    private_root: bool  # own mount and PID namespaces: an allow-list root (rootfs.py), own /proc
     python: str | None  # interpreter that runs the code; None if the sandbox uid can use none
     notes: tuple[str, ...] = ()  # why each missing layer is missing
 
@@ -86,19 +88,36 @@ def run_python(code: str, limits: Limits = Limits()) -> SandboxResult:
 
 @functools.lru_cache(maxsize=1)
 def isolation_report() -> Isolation:
-    """Probe once per process, in a throwaway bootstrap, which layers this machine grants."""
+    """Probe once per process which layers this machine grants and which interpreter runs code;
+    where a namespace layer is missing, say so once on stderr (runs go on without it)."""
     root = os.geteuid() == 0
     wanted = {
         "privilege_drop": root,
         "user_namespace": not root,
         "network_namespace": True,
-        "readonly_filesystem": True,
+        "private_root": True,
     }
-    pythons = list(dict.fromkeys([sys.executable, *filter(os.path.exists, _SYSTEM_PYTHONS)]))
+    why = _probe_layers(wanted)
+    active = {name: ask and why.get(name) == "" for name, ask in wanted.items()}
+    notes = [f"{name}: {why.get(name)}" for name, ask in wanted.items() if ask and not active[name]]
+    if not root:
+        notes.append("privilege_drop: needs root; the code runs as the harness's uid")
+    iso = _with_python(Isolation(**active, python=None, notes=tuple(notes)))
+    missing = [name for name in ("network_namespace", "private_root") if not getattr(iso, name)]
+    if missing:
+        print(
+            f"warning: the code sandbox runs without {' and '.join(missing)} on this machine"
+            f" ({'; '.join(iso.notes)}); code is scored under the other layers only",
+            file=sys.stderr,
+        )
+    return iso
+
+
+def _probe_layers(wanted: dict[str, bool]) -> dict[str, str]:
+    """{layer: "" if a throwaway bootstrap could enter it, else why not}."""
     with tempfile.TemporaryDirectory(prefix="hybridbench-probe-") as tmp:
-        script, workdir = prepare(os.path.realpath(tmp), "import json, math, collections\n")
+        script, workdir = prepare(os.path.realpath(tmp), "")
         cfg = {"mode": "probe", **wanted, "workdir": workdir, "script": script}
-        cfg |= {"pythons": pythons, "limits": asdict(Limits())}
         done = subprocess.run(
             _bootstrap_argv(cfg),
             capture_output=True,
@@ -109,23 +128,35 @@ def isolation_report() -> Isolation:
             start_new_session=True,
         )
     try:
-        found = json.loads(done.stdout)
-    except ValueError:
-        found = {}  # the probe crashed: every layer counts as missing, and no run starts
-    why = found.get("why", {})
-    active = {name: ask and why.get(name) == "" for name, ask in wanted.items()}
-    notes = [
-        f"{name}: {why.get(name, done.stderr.strip() or 'probe failed')}"
-        for name, ask in wanted.items()
-        if ask and not active[name]
-    ]
-    if not root:
-        notes.append("privilege_drop: needs root; the code runs as the harness's uid")
-    if found.get("python") is None:
-        notes.append(f"python: none of {pythons} runs as the sandbox uid")
-    elif found["python"] != sys.executable:  # e.g. a venv whose base lives under /root
-        notes.append(f"python: {sys.executable} is not usable by the sandbox uid")
-    return Isolation(**active, python=found.get("python"), notes=tuple(notes))
+        return json.loads(done.stdout)["why"]
+    except (ValueError, KeyError):  # the probe crashed: every layer counts as missing
+        return dict.fromkeys(wanted, done.stderr.strip()[-500:] or "probe failed")
+
+
+def _with_python(iso: Isolation) -> Isolation:
+    """`iso` with the first interpreter that runs a probe program under its layers. Where none
+    runs inside the private root, the private root counts as missing and the search goes on
+    without it."""
+    pythons = list(dict.fromkeys([sys.executable, *filter(os.path.exists, _SYSTEM_PYTHONS)]))
+    failures = []
+    for python in pythons:
+        candidate = replace(iso, python=python)
+        try:
+            ran = _run(_PROBE_CODE, Limits(), candidate)
+        except SandboxSetupError as exc:
+            failures.append(f"{python}: {exc}")
+            continue
+        if ran.status == "ok" and ran.stdout == "6\n":
+            if python == sys.executable:
+                return candidate
+            note = f"python: {sys.executable} does not run in the sandbox"
+            return replace(candidate, notes=(*iso.notes, note))
+        failures.append(f"{python}: {ran.status} {ran.stderr.strip()[-300:]}")
+    if iso.private_root:
+        note = f"private_root: no interpreter starts in it ({'; '.join(failures)})"
+        return _with_python(replace(iso, private_root=False, notes=(*iso.notes, note)))
+    note = f"python: none of {pythons} runs as the sandbox uid ({'; '.join(failures)})"
+    return replace(iso, python=None, notes=(*iso.notes, note))
 
 
 def _run(code: str, limits: Limits, iso: Isolation) -> SandboxResult:
@@ -152,12 +183,24 @@ def check_usable(iso: Isolation) -> None:
         raise SandboxSetupError("the sandbox needs os.pidfd_open (Linux >= 5.3, Python >= 3.9)")
 
 
-def run_config(root: str, code: str, limits: Limits, iso: Isolation, **extra) -> dict:
-    """The bootstrap's config for running `code` from `root` (written there as main.py)."""
+def run_config(
+    root: str, code: str, limits: Limits, iso: Isolation, hide: tuple[str, ...] = ()
+) -> dict:
+    """The bootstrap's config for running `code` from `root` (written there as main.py). With
+    private_root, folders in `hide` are also covered where they are inside the new root."""
     script, workdir = prepare(root, code)
     layers = {name: getattr(iso, name) for name in LAYERS}
-    cfg = {"mode": "run", **layers, "workdir": workdir, "script": script}
-    return cfg | {"python": iso.python, "limits": asdict(limits), "parent": os.getpid(), **extra}
+    cfg = {"mode": "run", **layers, "workdir": workdir, "script": script, "python": iso.python}
+    if iso.private_root:
+        try:
+            plan = root_plan(iso.python)
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            raise SandboxSetupError(f"sandbox setup failed: {exc}") from None
+        cfg["newroot"] = os.path.join(root, "root")
+        os.mkdir(cfg["newroot"], 0o700)  # a mount point, in the run's mount namespace only
+        cfg |= {"python": plan.executable, "root": plan.as_config()}
+        cfg["hide"] = [os.path.realpath(folder) for folder in hide]
+    return cfg | {"limits": asdict(limits), "parent": os.getpid()}
 
 
 def prepare(root: str, code: str) -> tuple[str, str]:

@@ -62,9 +62,10 @@ def run_tests(
 ) -> Verdict:
     """Run `solution` as a script, then serve the calls of `tests`, run in a second process.
 
-    `limits` hold for each process; `timeout_s` is the wall clock for both together. Folders in
-    `hide` are covered by an empty tmpfs in the solution's process where the sandbox has a mount
-    namespace (`Isolation.readonly_filesystem`): the task's data files, which hold the tests.
+    `limits` hold for each process; `timeout_s` is the wall clock for both together. With
+    `Isolation.private_root` the solution sees only the interpreter, its standard library and its
+    work directory; folders in `hide` (the task's data, which holds the tests) are covered by an
+    empty tmpfs as well, should the new root ever reach them.
 
     >>> run_tests("def f(x):\\n    return 2 * x\\n", Tests("assert f(2) == 4", ("f",))).passed
     True
@@ -93,7 +94,7 @@ def _run_tests(
         # 2. Only then the solution's process: the solution, then its server.
         if ready.kept:
             program = f"{solution}\n__import__('builtins').exec({fds.server(calls)!r}, {{}})\n"
-            cfg = run_config(roots[1], program, limits, iso, hide=list(hide))
+            cfg = run_config(roots[1], program, limits, iso, hide)
             children.append(start(cfg, limits, fds.solver_fds()))
             fds.passed(fds.solver_fds())
         # 3. The tests' exit is the verdict; the solution may then see EOF and exit on its own.
