@@ -103,8 +103,10 @@ class TaskRuns:
         adjusted over the page's family: every such pair of the task's own and transfer runs."""
         if not self.pairs:
             rows = self.all_runs[~self.all_runs["router"].isin(UNCOMPARED)]
-            raw = {path: pair(r, self.runs, self) for path, (_, r) in
-                   zip(rows["path"], rows.iterrows(), strict=True)}  # fmt: skip
+            raw = {
+                path: pair(r, self.runs, self)
+                for path, (_, r) in zip(rows["path"], rows.iterrows(), strict=True)
+            }
             adjusted = verdicts.family([p.comparison for p in raw.values()])
             for (path, p), c in zip(raw.items(), adjusted, strict=True):
                 self.pairs[path] = replace(p, comparison=c)
@@ -302,10 +304,26 @@ def paired_table(
         p = task.pairing(r)
         share = num(r["large_token_share"]) if decoded(r.get("n")) else "—"
         n = "—" if p.n is None else str(p.n)
-        rows.append((r["router"], task.setting(r), share, p.control, p.control_share, n,
-                     *comparison_cells(p.comparison)))  # fmt: skip
-    header = ("router", "setting", "large token share", "control", "its share", "paired n",
-              *COMPARISON_HEADER)  # fmt: skip
+        rows.append(
+            (
+                r["router"],
+                task.setting(r),
+                share,
+                p.control,
+                p.control_share,
+                n,
+                *comparison_cells(p.comparison),
+            )
+        )
+    header = (
+        "router",
+        "setting",
+        "large token share",
+        "control",
+        "its share",
+        "paired n",
+        *COMPARISON_HEADER,
+    )
     note = "By router, then large-token share. " + constants_note(task.constants, rows)
     return Table(title, header, tuple(rows), note.strip(), marks=True)
 

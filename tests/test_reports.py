@@ -199,7 +199,7 @@ def test_edition_pages_link_each_other_and_read_the_answer_first(edition):
 
 def test_paired_speed_and_transfer_tables(results, tmp_path):
     """Each router row is paired with the control run at the nearest large-token share (the
-    difference is `metrics.paired_difference` of the two runs); a run of a router trained on
+    difference is `verdicts.compare_records` of the two runs); a run of a router trained on
     another task moves to the transfer table; modeled speed is the cost model's; measured and
     modeled throughput never share a column, and large-only is 1.00 by definition."""
     import shutil
@@ -239,8 +239,11 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
         assert row[9] in ("better", "worse", "no difference")
     # the page's family: every paired row, its transfer rows too, Holm-adjusted together
     every = [*paired_table(task).rows, *paired_table(task, transfer=True).rows]
-    raw = [task.pairing(r).comparison.p for _, r in task.all_runs.iterrows()
-           if r["router"] not in UNCOMPARED]  # fmt: skip
+    raw = [
+        task.pairing(r).comparison.p
+        for _, r in task.all_runs.iterrows()
+        if r["router"] not in UNCOMPARED
+    ]
     assert len(raw) == len(every) > 2
     assert sorted(row[8] for row in every) == sorted(p_cell(q) for q in verdicts.holm(raw))
     speed = {(r[0], r[1]): r for r in speed_table(task).rows}

@@ -118,8 +118,9 @@ def test_submit_puts_the_router_among_the_published_rows(edition, tmp_path, caps
         mine = next(n for n, s in rows.items() if f"{s:.3f}" == row[2])
         theirs = next(n for n in board if n.split("__")[0] == row[4].split(" ")[0]
                       and f"{shares(out / 'board')[n]:.3f}" == row[5].split(" ")[0])  # fmt: skip
-        d = compare_records(read_records(out / "runs" / mine),
-                            read_records(out / "board" / theirs), "exact_match")  # fmt: skip
+        d = compare_records(
+            read_records(out / "runs" / mine), read_records(out / "board" / theirs), "exact_match"
+        )
         assert row[6] == str(len(ed.example_ids)) == str(d.n)
         assert row[7] == f"{d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}]"
         assert row[8] == p_cell(d.p)  # the exact test's p; row[9] Holm-adjusted, row[10] verdict
@@ -128,8 +129,15 @@ def test_submit_puts_the_router_among_the_published_rows(edition, tmp_path, caps
         p, adjusted, said = row[-3:]
         assert adjusted == "—" or float(adjusted.lstrip("<")) >= float(p.lstrip("<"))
         small = adjusted != "—" and float(adjusted.lstrip("<")) < 0.05
-        assert said == ("—" if adjusted == "—" else "no difference" if not small
-                        else "better" if row[-4].startswith("+") else "worse")  # fmt: skip
+        assert said == (
+            "—"
+            if adjusted == "—"
+            else "no difference"
+            if not small
+            else "better"
+            if row[-4].startswith("+")
+            else "worse"
+        )
     for row in every["rows"]:  # rivals: published routers within 2 points, no controls
         assert row[3].split(" ")[0] == "entropy"
         assert abs(float(row[2]) - float(row[4])) <= MATCH
@@ -150,8 +158,10 @@ def test_submit_puts_the_router_among_the_published_rows(edition, tmp_path, caps
     again = ["submit", "--router", MARGIN, "--edition", str(edition[0]), "--out", str(out)]
     assert main([*again, "--verdicts-only"]) == 0
     assert (out / "submission.json").read_text() == written
-    assert all(len(json.loads((out / "runs" / n / "manifest.json").read_text())["sessions"])
-               == count for n, count in sessions.items())  # fmt: skip
+    assert all(
+        len(json.loads((out / "runs" / n / "manifest.json").read_text())["sessions"]) == count
+        for n, count in sessions.items()
+    )
     assert main([*again[:-1], str(tmp_path / "none"), "--verdicts-only"]) == 2
     assert "submission.json not found" in capsys.readouterr().err
 

@@ -120,8 +120,11 @@ def test_rows_of_different_n_pair_on_the_examples_both_scored():
     small = [{"example_id": i, "scores": {"em": float(rng.random() < 0.5)}} for i in ids[:200]]
     small[5] = {**small[5], "error": "timeout"}
     c = compare_records(big[::-1], small, "em")
-    both = [(x["scores"]["em"], y["scores"]["em"]) for x, y in zip(big, small, strict=False)
-            if not y.get("error")]  # fmt: skip
+    both = [
+        (x["scores"]["em"], y["scores"]["em"])
+        for x, y in zip(big, small, strict=False)
+        if not y.get("error")
+    ]
     assert c.n == 199 == len(both)
     assert c.diff == pytest.approx(np.mean([x - y for x, y in both]))
     assert c.a_only == sum(x > y for x, y in both) and c.b_only == sum(x < y for x, y in both)

@@ -201,8 +201,11 @@ def verdict_table(step: Verdicts) -> list[str]:
     if not pairs:
         return []
     df = df.set_index("run")
-    found = {(r, o): _comparison(step.verdict(r, o)) for r, _, o in pairs
-             if o and step.verdict(r, o).is_file()}  # fmt: skip
+    found = {
+        (r, o): _comparison(step.verdict(r, o))
+        for r, _, o in pairs
+        if o and step.verdict(r, o).is_file()
+    }
     found = dict(zip(found, verdicts.family(list(found.values())), strict=True))
     out = [
         "| run | share | against | its share | metric | run | against | "
@@ -239,8 +242,9 @@ def _comparison(path: Path) -> verdicts.Comparison:
     diff = v.get("diff", v["quality_new"] - v["quality_old"])
     p = v.get("p", math.nan)
     pairs = v.get("discordant") or (None, None)
-    return verdicts.Comparison(v["n_paired"], diff, *v["diff_ci"], v.get("test", ""), p,
-                               *pairs, p_adjusted=p)  # fmt: skip
+    return verdicts.Comparison(
+        v["n_paired"], diff, *v["diff_ci"], v.get("test", ""), p, *pairs, p_adjusted=p
+    )
 
 
 def _anchor_state(step: Anchor, folder: Path) -> RunState:

@@ -271,8 +271,10 @@ def make_board(out: Path, edition: Path, rows: list[Path]) -> Path:
     (board / "anchors").mkdir(parents=True)
     for d in run_dirs(edition):
         _link(d, board / d.name)
-    for d in [*run_dirs(edition / "anchors", missing_ok=True),
-              *run_dirs(out / "anchors", missing_ok=True)]:  # fmt: skip
+    for d in [
+        *run_dirs(edition / "anchors", missing_ok=True),
+        *run_dirs(out / "anchors", missing_ok=True),
+    ]:
         _link(d, board / "anchors" / d.name)
     for d in rows:
         _link(d, board / f"{NEW}{d.name}")
@@ -309,13 +311,20 @@ def submit(args, calibrate: Calibrate) -> int:
     rows = sub.rows()
     controls = sub.controls(rows)
     anchor = sub.anchor()
-    facts = {"router": args.router, "router_class": router_entry(args.router).provenance(),
-             "edition": str(ed.folder), "task": ed.task, "split": ed.split,
-             "n": len(ed.example_ids), "shares": list(ed.shares),
-             "checked": ["task", "split", "examples", "decoding", "backends", "models (sha256)"],
-             "notes": notes, "rows": [str(r) for r in rows],
-             "controls_added": [str(c) for c in controls],
-             "anchor": str(anchor) if anchor else None}  # fmt: skip
+    facts = {
+        "router": args.router,
+        "router_class": router_entry(args.router).provenance(),
+        "edition": str(ed.folder),
+        "task": ed.task,
+        "split": ed.split,
+        "n": len(ed.example_ids),
+        "shares": list(ed.shares),
+        "checked": ["task", "split", "examples", "decoding", "backends", "models (sha256)"],
+        "notes": notes,
+        "rows": [str(r) for r in rows],
+        "controls_added": [str(c) for c in controls],
+        "anchor": str(anchor) if anchor else None,
+    }
     report = write_submission(sub.out, ed, facts)
     print(sub.out / "submission.md")
     print(report)
@@ -344,8 +353,10 @@ def rewrite(edition: str, out: str) -> int:
     facts = {k: v for k, v in json.loads(path.read_text()).items() if k != "verdicts"}
     ed = read_edition(edition)
     if (facts["task"], facts["split"]) != (ed.task, ed.split):
-        raise UserError(f"{out} was submitted to {facts['task']}/{facts['split']}, not to "
-                        f"{ed.task}/{ed.split} ({edition})")  # fmt: skip
+        raise UserError(
+            f"{out} was submitted to {facts['task']}/{facts['split']}, not to "
+            f"{ed.task}/{ed.split} ({edition})"
+        )
     missing = [p for p in facts["rows"] + facts["controls_added"] if not Path(p).is_dir()]
     if missing:
         raise UserError(f"{missing[0]}: run folder not found (run from where it was submitted)")
@@ -384,16 +395,29 @@ def verdict_tables(board: Path, router: str) -> list[Table]:
         if near is not None:
             c = df.loc[near]
             matched = "" if gap <= MATCH else " (not matched)"
-            control_rows.append(((*me, quality_cell(r), f"{c['router']} {c['setting']}".strip(),
-                                  f"{c['large_token_share']:.3f}{matched}"), test(r, c)))  # fmt: skip
+            control_rows.append(
+                (
+                    (
+                        *me,
+                        quality_cell(r),
+                        f"{c['router']} {c['setting']}".strip(),
+                        f"{c['large_token_share']:.3f}{matched}",
+                    ),
+                    test(r, c),
+                )
+            )
         near = rivals[(rivals["large_token_share"] - r["large_token_share"]).abs() <= MATCH]
         near = near.sort_values(["quality", "run"], ascending=[False, True])
         if not len(near):
-            best_rows.append(((*me, quality_cell(r), "no published router within 2 points", "—",
-                               "—"), None))  # fmt: skip
+            best_rows.append(
+                ((*me, quality_cell(r), "no published router within 2 points", "—", "—"), None)
+            )
         for i, (_, b) in enumerate(near.iterrows()):
-            cells = (f"{b['router']} {b['setting']}".strip(), f"{b['large_token_share']:.3f}",
-                     quality_cell(b))  # fmt: skip
+            cells = (
+                f"{b['router']} {b['setting']}".strip(),
+                f"{b['large_token_share']:.3f}",
+                quality_cell(b),
+            )
             if i == 0:
                 best_rows.append(((*me, quality_cell(r), *cells), test(r, b)))
             every_rows.append(((*me, *cells), test(r, b)))
@@ -401,8 +425,10 @@ def verdict_tables(board: Path, router: str) -> list[Table]:
 
     def rows(entries) -> tuple[tuple[str, ...], ...]:
         c = [adjusted.get(key, verdicts.NOTHING) for _, key in entries]
-        return tuple((*cells, str(t.n) if key else "—", *comparison_cells(t))
-                     for (cells, key), t in zip(entries, c, strict=True))  # fmt: skip
+        return tuple(
+            (*cells, str(t.n) if key else "—", *comparison_cells(t))
+            for (cells, key), t in zip(entries, c, strict=True)
+        )
 
     head = ("router", "setting", "large token share")
     pairing = ("paired n", *COMPARISON_HEADER)
