@@ -41,7 +41,6 @@ from reports.tables import (
     control_of,
     goal_runs,
     goal_table,
-    pair,
     paired_table,
     router_metrics,
     routers_table,
@@ -91,7 +90,7 @@ def _entry(r, task: TaskRuns, q_small: float, q_large: float) -> GoalEntry:
     if r["router"] in CONTROL_ROUTERS:
         verdict = "control"
     elif r["router"] not in ENDS:
-        verdict = pair(r, task.runs, task).verdict
+        verdict = task.pairing(r).verdict
     measured, modeled = ratio_cells(r)
     return GoalEntry(r["router"], str(r.get("transfer")) == "True", task.setting(r),
                      float(r["large_token_share"]), pgr(r["quality"], q_small, q_large),

@@ -13,27 +13,27 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from harness.metrics import quality as metrics
+from harness.metrics import verdicts
 from harness.metrics.frontier import aiq, apgr, cpt, pgr
 from reports.load import REFERENCES, RUN_ORDER, decoded, read_records
 from reports.plots import reference
 from reports.text import (
+    COMPARISON_HEADER,
     GOAL_SHARE,
     MATCH,
+    comparison_cells,
     constant_args,
     constants_note,
-    diff_cell,
     nearest_share,
     num,
     pct,
     quality_cell,
     ratio_cells,
     setting_text,
-    verdict,
 )
 
 GB = 1e9
@@ -70,6 +70,7 @@ class TaskRuns:
     routers: pd.DataFrame  # `router_metrics` of `runs`
     constants: dict  # router -> the arguments all its runs share (reports.text.constant_args)
     records: dict = field(default_factory=dict, compare=False)  # run path -> its records, read once
+    pairs: dict = field(default_factory=dict, compare=False)  # run path -> its Pairing (`pairing`)
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> TaskRuns:
@@ -96,6 +97,20 @@ class TaskRuns:
         if path not in self.records:
             self.records[path] = read_records(path)
         return self.records[path]
+
+    def pairing(self, r) -> Pairing:
+        """Run `r` (a router's, not a control's) paired with its control (`pair`), its p
+        adjusted over the page's family: every such pair of the task's own and transfer runs."""
+        if not self.pairs:
+            rows = self.all_runs[~self.all_runs["router"].isin(UNCOMPARED)]
+            raw = {
+                path: pair(r, self.runs, self)
+                for path, (_, r) in zip(rows["path"], rows.iterrows(), strict=True)
+            }
+            adjusted = verdicts.family([p.comparison for p in raw.values()])
+            for (path, p), c in zip(raw.items(), adjusted, strict=True):
+                self.pairs[path] = replace(p, comparison=c)
+        return self.pairs[r["path"]]
 
     def references(self) -> tuple[float, float]:
         """Small-only's and large-only's mean quality (NaN where missing)."""
@@ -167,30 +182,33 @@ class Pairing:
     control: str  # the control run ('random p = 0.1'), or why there is none
     control_share: str  # its large-token share, '(not matched)' beyond MATCH
     n: int | None  # examples both scored; None: no control run
-    difference: str  # '+0.195 [+0.120, +0.260]'
-    verdict: str  # better | worse | no difference | —
+    comparison: verdicts.Comparison  # the paired test (`verdicts.NOTHING` when there is none)
+
+    @property
+    def verdict(self) -> str:  # better | worse | no difference | —
+        return self.comparison.verdict
 
 
 def pair(r, controls: pd.DataFrame, task: TaskRuns) -> Pairing:
     """Run `r` paired with the run of its control (`control_of`) in `controls` whose share is
-    nearest; small-only and large-only are every control's end points (random at p = 0 and 1)."""
+    nearest; small-only and large-only are every control's end points (random at p = 0 and 1).
+    Its p is its own (a family of one): `TaskRuns.pairing` adjusts the page's together."""
     control = control_of(r["router"])
     if not decoded(r.get("n")):  # nothing to pair yet
-        return Pairing("nothing decoded yet", "—", 0, "—", "—")
+        return Pairing("nothing decoded yet", "—", 0, verdicts.NOTHING)
     pool = controls[controls["router"].isin([control, *ENDS])]
     near, gap = nearest_share(pool, r["large_token_share"])
     matched = gap <= MATCH
     if not (matched or (pool["router"] == control).any()):  # an end alone must be matched
-        return Pairing(f"no {control} run", "—", None, "—", "—")
+        return Pairing(f"no {control} run", "—", None, verdicts.NOTHING)
     c = pool.loc[near]
-    d = metrics.paired_difference(task.scores(r["path"]), task.scores(c["path"]), r["metric"])
+    d = verdicts.compare_records(task.scores(r["path"]), task.scores(c["path"]), r["metric"])
     setting = "—" if c["router"] in ENDS else task.setting(c)
     return Pairing(
         c["router"] if setting == "—" else f"{c['router']} {setting}",
         num(c["large_token_share"]) + ("" if matched else " (not matched)"),
-        d["n"],
-        diff_cell(d),
-        verdict(d),
+        d.n,
+        d,
     )
 
 
@@ -214,7 +232,7 @@ def goal_table(task: TaskRuns) -> Table:
     q_small, q_large = task.references()
     rows = []
     for r in goal_runs(task.all_runs):
-        vs = "control" if r["router"] in CONTROL_ROUTERS else pair(r, task.runs, task).verdict
+        vs = "control" if r["router"] in CONTROL_ROUTERS else task.pairing(r).verdict
         rows.append((router_label(r), pct(pgr(r["quality"], q_small, q_large)), vs,
                      num(r["large_token_share"]), quality_cell(r), *ratio_cells(r),
                      task.setting(r)))  # fmt: skip
@@ -283,13 +301,29 @@ def paired_table(
     df = task.transfer if transfer else task.runs
     rows = []
     for _, r in df[~df["router"].isin(UNCOMPARED)].iterrows():
-        p = pair(r, task.runs, task)
+        p = task.pairing(r)
         share = num(r["large_token_share"]) if decoded(r.get("n")) else "—"
         n = "—" if p.n is None else str(p.n)
-        rows.append((r["router"], task.setting(r), share, p.control, p.control_share, n,
-                     p.difference, p.verdict))  # fmt: skip
-    header = ("router", "setting", "large token share", "control", "its share", "paired n",
-              "difference [95% CI]", "verdict")  # fmt: skip
+        rows.append(
+            (
+                r["router"],
+                task.setting(r),
+                share,
+                p.control,
+                p.control_share,
+                n,
+                *comparison_cells(p.comparison),
+            )
+        )
+    header = (
+        "router",
+        "setting",
+        "large token share",
+        "control",
+        "its share",
+        "paired n",
+        *COMPARISON_HEADER,
+    )
     note = "By router, then large-token share. " + constants_note(task.constants, rows)
     return Table(title, header, tuple(rows), note.strip(), marks=True)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
+from harness.metrics.verdicts import ALPHA, N_BOOT, SEED, Comparison
 from reports.load import FILE_ARGS, decoded
 
 GOAL_SHARE = 0.25  # the quality goal: the most of the gap recovered at <= 25% large tokens
@@ -29,16 +30,31 @@ def nearest_share(pool, share: float) -> tuple[object, float]:
     return gap.idxmin(), float(gap.min())
 
 
-def diff_cell(d: Mapping) -> str:
+def diff_cell(c: Comparison) -> str:
     """A paired difference and its 95% interval, '+0.050 [+0.010, +0.090]'; '—' when n is 0."""
-    return f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["n"] else "—"
+    return f"{c.diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}]" if c.n else "—"
 
 
-def verdict(d: Mapping) -> str:
-    """A paired difference's verdict from its 95% interval: better, worse or no difference."""
-    if not d["n"]:
+def p_cell(p: float) -> str:
+    """A p-value for reading: '0.078', '0.0042', '<0.0001'; '—' when there is no test."""
+    if math.isnan(p):
         return "—"
-    return "better" if d["ci_low"] > 0 else "worse" if d["ci_high"] < 0 else "no difference"
+    return "<0.0001" if p < 1e-4 else f"{p:.4f}" if p < 0.01 else f"{p:.3f}"
+
+
+def comparison_cells(c: Comparison) -> tuple[str, str, str, str]:
+    """(difference [95% CI], p, Holm-adjusted p, verdict): a comparison's columns, side by side
+    (harness/metrics/verdicts.py holds the rule)."""
+    return diff_cell(c), p_cell(c.p), p_cell(c.p_adjusted), c.verdict
+
+
+# `comparison_cells`' columns
+COMPARISON_HEADER = ("difference [95% CI]", "p", "p (Holm)", "verdict")
+
+
+def verdict(c: Comparison) -> str:
+    """A paired comparison's verdict (`verdicts.Comparison.verdict`): better, worse, no difference."""
+    return c.verdict
 
 
 def num(x, digits: int = 3) -> str:
@@ -179,10 +195,17 @@ DEFINITIONS = (
     ("def-paired", "verdict against the control",
      "each router's run against the run of its control (random; random_query for the query "
      "router; small-only and large-only count as either at shares 0 and 1, being the same "
-     "policies) whose large-token share is nearest, on the examples both scored: the mean "
-     "difference of the primary metric with a 95% paired bootstrap CI; 'matched' when the "
-     f"shares are within {MATCH:g}. better / worse: the CI excludes 0; otherwise no difference "
-     "was detected."),
+     "policies) whose large-token share is nearest, paired by example id on the examples both "
+     "scored (paired n; a row decoded on more examples than its control is paired on the ones "
+     "they share): the mean difference of the primary metric with a 95% paired percentile "
+     f"bootstrap CI ({N_BOOT:,} resamples, seed {SEED}); 'matched' when the shares are within "
+     f"{MATCH:g}. p: for a metric scored 0 or 1, the exact McNemar test (a two-sided exact "
+     "binomial test of the discordant pairs: examples one run got right and the other wrong); "
+     "for a graded metric, two-sided from the bootstrap resamples. p (Holm): adjusted with "
+     "Holm's step-down correction over the page's family, every run-vs-control pair of the "
+     "page's paired tables (its transfer rows included). better / worse: the adjusted p is "
+     f"below {ALPHA:g}, the sign of the difference the direction; otherwise no difference was "
+     "detected."),
     ("def-apgr", "APGR",
      "RouteLLM's average gap recovered: the area under the gap recovered over large share in "
      "[0, 1], the curve anchored at (0, small-only) and (1, large-only); 0.5 = random mixing."),
@@ -255,6 +278,8 @@ HEADER_LINKS = {
     "large call share": "def-call-share",
     "gap recovered": "def-gap",
     "verdict": "def-paired",
+    "p": "def-paired",
+    "p (Holm)": "def-paired",
     "vs control": "def-paired",
     "APGR (token)": "def-apgr",
     "APGR (call)": "def-apgr",

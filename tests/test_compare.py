@@ -61,6 +61,20 @@ def test_a_clear_quality_drop_is_flagged(tmp_path, capsys):
     assert "REGRESSION quality: acc dropped 0.8 -> 0.4" in out
     v = json.loads((tmp_path / "v.json").read_text())
     assert v["n_paired"] == 20 and v["diff_ci"][1] < 0
+    # the exact McNemar test on the 0 vs 8 discordant pairs: p = 2 / 2**8, by hand
+    assert v["discordant"] == [0, 8] and v["p"] == pytest.approx(2 / 2**8)
+    assert v["test"] == "exact McNemar" and v["verdict"] == "worse" and v["n_boot"] == 10_000
+    assert "exact McNemar p = 0.007812 (discordant: 0 right in new only, 8 in old only)" in out
+
+
+def test_a_drop_the_interval_excludes_but_the_exact_test_does_not_is_not_flagged(tmp_path):
+    """5 of 40 correct answers lost and none won: the bootstrap interval lies below 0 but the
+    exact test's p is 2 / 2**5 = 0.0625, so the verdict is no difference and nothing is flagged."""
+    old = write_run(tmp_path / "old", [1.0] * 40)
+    new = write_run(tmp_path / "new", [0.0] * 5 + [1.0] * 35)
+    v = compare(load_run(old), load_run(new))
+    assert v.diff_ci[1] < 0 and v.p == pytest.approx(2 / 2**5)
+    assert v.verdict == "no difference" and v.flags == ()
 
 
 def test_a_drop_inside_the_noise_is_not_flagged(tmp_path):

@@ -439,7 +439,8 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
         progress.status(verdicts)[0]
         == "done, 1 of 1 matched pairs compared (5 with no row within 0.02)"
     )
-    # `experiment verdicts`: the pair's difference and interval from its JSON, the others said
+    # `experiment verdicts`: the pair's difference, interval and test from its JSON, the
+    # others said
     v = json.loads(
         (tmp_path / "verdicts" / "reward_threshold1--vs--random_rate0.25.json").read_text()
     )
@@ -449,10 +450,10 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
     assert compared == [
         f"| reward_threshold1 | 0.200 | random_rate0.25 | 0.208 | {v['metric']} (n = 12) | "
         f"{v['quality_new']:.3f} | {v['quality_old']:.3f} | "
-        f"{v['quality_new'] - v['quality_old']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
-        + ("better" if lo > 0 else "worse" if hi < 0 else "no difference")
-        + " |"
-    ]
+        f"{v['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {v['p']:.3f} | {v['p']:.3f} | "
+        f"{v['verdict']} |"
+    ]  # one pair compared: a family of one, its Holm-adjusted p its own
+    assert v["test"] == "exact McNemar" and sum(v["discordant"]) > 0
     assert sum("no run within 0.02" in line for line in table) == 5
     out = tmp_path / "verdicts.md"
     argv = ["experiment", "verdicts", str(spec_file), "--md", str(out)]

@@ -199,16 +199,17 @@ def test_edition_pages_link_each_other_and_read_the_answer_first(edition):
 
 def test_paired_speed_and_transfer_tables(results, tmp_path):
     """Each router row is paired with the control run at the nearest large-token share (the
-    difference is `metrics.paired_difference` of the two runs); a run of a router trained on
+    difference is `verdicts.compare_records` of the two runs); a run of a router trained on
     another task moves to the transfer table; modeled speed is the cost model's; measured and
     modeled throughput never share a column, and large-only is 1.00 by definition."""
     import shutil
 
-    from harness.metrics import quality as metrics
+    from harness.metrics import verdicts
     from harness.metrics.costmodel import PROFILES, modeled_latency
     from reports.load import add_speed
     from reports.speed import speed_table
-    from reports.tables import TaskRuns, paired_table, transfer_table
+    from reports.tables import UNCOMPARED, TaskRuns, paired_table, transfer_table
+    from reports.text import diff_cell, p_cell
 
     copy = tmp_path / "results"
     shutil.copytree(results, copy)
@@ -227,15 +228,24 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
         nearest = randoms.loc[
             (randoms["large_token_share"] - r["large_token_share"]).abs().idxmin()
         ]
-        d = metrics.paired_difference(
+        d = verdicts.compare_records(
             read_records(r["path"]), read_records(nearest["path"]), r["metric"]
         )
         want = nearest["router"]
         if want == "random":
             want += f" {task.setting(nearest)}"
-        assert row[3] == want and row[5] == str(d["n"]) and d["n"] > 0
-        assert row[6].startswith(f"{d['diff']:+.3f} [")
-        assert row[7] in ("better", "worse", "no difference")
+        assert row[3] == want and row[5] == str(d.n) and d.n > 0
+        assert row[6:8] == (diff_cell(d), p_cell(d.p))
+        assert row[9] in ("better", "worse", "no difference")
+    # the page's family: every paired row, its transfer rows too, Holm-adjusted together
+    every = [*paired_table(task).rows, *paired_table(task, transfer=True).rows]
+    raw = [
+        task.pairing(r).comparison.p
+        for _, r in task.all_runs.iterrows()
+        if r["router"] not in UNCOMPARED
+    ]
+    assert len(raw) == len(every) > 2
+    assert sorted(row[8] for row in every) == sorted(p_cell(q) for q in verdicts.holm(raw))
     speed = {(r[0], r[1]): r for r in speed_table(task).rows}
     small = speed[("small", "—")]
     run = df[df["router"] == "small"].iloc[0]
@@ -280,8 +290,8 @@ def test_small_only_is_the_control_at_share_zero(results, tmp_path):
     moved.write_text(json.dumps({**json.loads(moved.read_text()), "large_token_share": 0.01}))
     rows = {r[:2]: r for r in paired_table(TaskRuns.of(load_runs(copy))).rows}
     near = rows[("reward", "threshold 1")]
-    assert near[3:5] == ("small", "0.000") and near[5] == "12" and near[7] != "—"
-    assert rows[("reward", "threshold 2")][3:] == ("no random run", "—", "—", "—", "—")
+    assert near[3:5] == ("small", "0.000") and near[5] == "12" and near[7:10].count("—") == 0
+    assert rows[("reward", "threshold 2")][3:] == ("no random run", "—", "—", "—", "—", "—", "—")
 
 
 def test_per_router_panels_wrap_four_to_a_row(results):
@@ -635,7 +645,8 @@ def test_a_folder_of_two_tasks_gets_a_page_each_and_an_index(results, tmp_path):
 def test_nearest_share_takes_the_closest_known_share_and_says_how_far():
     import pandas as pd
 
-    from reports.text import MATCH, nearest_share, verdict
+    from harness.metrics.verdicts import NOTHING, compare_scores
+    from reports.text import MATCH, nearest_share, p_cell, verdict
 
     pool = pd.DataFrame({"large_token_share": [0.1, math.nan, 0.23, 0.31]}, index=[5, 6, 7, 8])
     near, gap = nearest_share(pool, 0.25)
@@ -644,7 +655,11 @@ def test_nearest_share_takes_the_closest_known_share_and_says_how_far():
     assert nearest_share(pool.iloc[:0], 0.2) == (None, math.inf)
     unknown = nearest_share(pool.loc[[6]], 0.2)  # a share not known yet is never matched
     assert unknown[1] == math.inf
-    assert verdict({"n": 0}) == "—"
-    assert verdict({"n": 9, "ci_low": 0.01, "ci_high": 0.2}) == "better"
-    assert verdict({"n": 9, "ci_low": -0.2, "ci_high": -0.01}) == "worse"
-    assert verdict({"n": 9, "ci_low": -0.1, "ci_high": 0.1}) == "no difference"
+    # a verdict is the rule's (harness/metrics/verdicts.py; tests/test_verdicts.py)
+    ids = [str(i) for i in range(40)]
+    right, wrong = dict.fromkeys(ids, 1.0), dict.fromkeys(ids, 0.0)
+    assert verdict(NOTHING) == "—" and p_cell(NOTHING.p) == "—"
+    assert verdict(compare_scores(right, wrong)) == "better"
+    assert verdict(compare_scores(wrong, right)) == "worse"
+    assert verdict(compare_scores(right, right)) == "no difference"
+    assert [p_cell(p) for p in (0.0784, 0.0042, 1e-9)] == ["0.078", "0.0042", "<0.0001"]

@@ -15,8 +15,9 @@ import torch
 
 from harness.cli.main import main
 from harness.evaluation.submit import NEW, read_edition
-from harness.metrics.quality import paired_difference
+from harness.metrics.verdicts import compare_records
 from reports.load import read_records
+from reports.text import p_cell
 from routers.score import ScoreRouter
 from tests.tiny import tiny_gguf_pair
 
@@ -117,10 +118,26 @@ def test_submit_puts_the_router_among_the_published_rows(edition, tmp_path, caps
         mine = next(n for n, s in rows.items() if f"{s:.3f}" == row[2])
         theirs = next(n for n in board if n.split("__")[0] == row[4].split(" ")[0]
                       and f"{shares(out / 'board')[n]:.3f}" == row[5].split(" ")[0])  # fmt: skip
-        d = paired_difference(read_records(out / "runs" / mine),
-                              read_records(out / "board" / theirs), "exact_match")  # fmt: skip
-        assert row[6] == str(len(ed.example_ids)) == str(d["n"])
-        assert row[7] == f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+        d = compare_records(
+            read_records(out / "runs" / mine), read_records(out / "board" / theirs), "exact_match"
+        )
+        assert row[6] == str(len(ed.example_ids)) == str(d.n)
+        assert row[7] == f"{d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}]"
+        assert row[8] == p_cell(d.p)  # the exact test's p; row[9] Holm-adjusted, row[10] verdict
+    # each verdict is its Holm-adjusted p's (never below the p alone) and its difference's sign
+    for row in [*control["rows"], *best["rows"], *every["rows"]]:
+        p, adjusted, said = row[-3:]
+        assert adjusted == "—" or float(adjusted.lstrip("<")) >= float(p.lstrip("<"))
+        small = adjusted != "—" and float(adjusted.lstrip("<")) < 0.05
+        assert said == (
+            "—"
+            if adjusted == "—"
+            else "no difference"
+            if not small
+            else "better"
+            if row[-4].startswith("+")
+            else "worse"
+        )
     for row in every["rows"]:  # rivals: published routers within 2 points, no controls
         assert row[3].split(" ")[0] == "entropy"
         assert abs(float(row[2]) - float(row[4])) <= MATCH
@@ -135,6 +152,18 @@ def test_submit_puts_the_router_among_the_published_rows(edition, tmp_path, caps
     for n, count in sessions.items():
         m = json.loads((out / "runs" / n / "manifest.json").read_text())
         assert len(m["sessions"]) == count
+    # --verdicts-only writes the verdicts again from the run folders, no model loaded
+    written = (out / "submission.json").read_text()
+    (out / "submission.json").write_text(json.dumps({**json.loads(written), "verdicts": []}))
+    again = ["submit", "--router", MARGIN, "--edition", str(edition[0]), "--out", str(out)]
+    assert main([*again, "--verdicts-only"]) == 0
+    assert (out / "submission.json").read_text() == written
+    assert all(
+        len(json.loads((out / "runs" / n / "manifest.json").read_text())["sessions"]) == count
+        for n, count in sessions.items()
+    )
+    assert main([*again[:-1], str(tmp_path / "none"), "--verdicts-only"]) == 2
+    assert "submission.json not found" in capsys.readouterr().err
 
 
 def test_a_submission_inside_a_checkout_resumes_from_another_copy_of_it(

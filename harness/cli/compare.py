@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.metrics.compare import compare, load_run, report
+from harness.metrics.verdicts import N_BOOT, SEED
 
 
 def configure(p) -> None:
@@ -23,9 +24,14 @@ def configure(p) -> None:
         "--tolerance",
         type=float,
         default=0.0,
-        help="ignore quality drops whose CI reaches above -TOLERANCE (default 0)",
+        help="flag a drop only when its CI also lies below -TOLERANCE (default 0: the test alone)",
     )
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument(
+        "--n-boot",
+        type=int,
+        default=N_BOOT,
+        help=f"bootstrap resamples of the paired interval (default {N_BOOT:,}, seed {SEED})",
+    )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the verdict as JSON")
 
 

@@ -44,9 +44,17 @@ def configure(p) -> None:
     g.add_argument("--temperature", type=float, default=None)
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--verdicts-only",
+        action="store_true",
+        help="write OUT's board, report and verdicts again from its run folders, decoding "
+        "nothing (a submission already run, e.g. under a newer verdict rule)",
+    )
     options.add_model_args(p)
     options.add_batch_arg(p)
 
 
 def run(args) -> int:
+    if args.verdicts_only:
+        return submit.rewrite(args.edition, args.out)
     return submit.submit(args, calibrate)

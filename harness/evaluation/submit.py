@@ -19,7 +19,8 @@ placed on its leaderboard with paired verdicts against the published rows.
    OUT/report/ (`hybridbench report`: the new rows among the published ones), with the
    submission's verdicts at its top, also in OUT/submission.md and OUT/submission.json: each new
    row against its matched control and against the best published router at the same share
-   (within 2 points), paired on the same examples with 95% bootstrap intervals.
+   (within 2 points), paired by example id with 95% bootstrap intervals, the exact test's p and
+   its Holm-adjusted p (the rule of `harness.metrics.verdicts`).
 
 Every step resumes: run folders resume per example and a calibration file is reused, so the same
 command continues an interrupted submission.
@@ -44,12 +45,12 @@ from harness.core.loop import DecodeConfig
 from harness.errors import UserError
 from harness.evaluation.runner import evaluate
 from harness.evaluation.sweep import router_settings, setting_name
-from harness.metrics.quality import paired_difference
+from harness.metrics import verdicts
 from reports import load_runs, write_report
 from reports.load import read_records, run_dirs
 from reports.render import html_table, md_table
 from reports.tables import ENDS, Table, control_of
-from reports.text import MATCH, diff_cell, nearest_share, quality_cell, verdict
+from reports.text import COMPARISON_HEADER, MATCH, comparison_cells, nearest_share, quality_cell
 from routers import get_router, parse_args, router_class, router_entry
 from routers.score import ScoreRouter
 from tasks import get_task, task_ref
@@ -261,20 +262,23 @@ class Submission:
         folder = self.out / "anchors" / f"{machine_id()}-submission"
         return self.run("large", {}, folder, self.args.anchor_limit)
 
-    def board(self, rows: list[Path]) -> Path:
-        """OUT/board: links to the edition's run folders and anchors, and to the new runs,
-        relative, so that the folder stays whole when the checkout holding it moves."""
-        board = self.out / "board"
-        shutil.rmtree(board, ignore_errors=True)
-        (board / "anchors").mkdir(parents=True)
-        for d in run_dirs(self.ed.folder):
-            _link(d, board / d.name)
-        for d in [*run_dirs(self.ed.folder / "anchors", missing_ok=True),
-                  *run_dirs(self.out / "anchors", missing_ok=True)]:  # fmt: skip
-            _link(d, board / "anchors" / d.name)
-        for d in rows:
-            _link(d, board / f"{NEW}{d.name}")
-        return board
+
+def make_board(out: Path, edition: Path, rows: list[Path]) -> Path:
+    """OUT/board: links to the edition's run folders and anchors, and to the new runs,
+    relative, so that the folder stays whole when the checkout holding it moves."""
+    board = out / "board"
+    shutil.rmtree(board, ignore_errors=True)
+    (board / "anchors").mkdir(parents=True)
+    for d in run_dirs(edition):
+        _link(d, board / d.name)
+    for d in [
+        *run_dirs(edition / "anchors", missing_ok=True),
+        *run_dirs(out / "anchors", missing_ok=True),
+    ]:
+        _link(d, board / "anchors" / d.name)
+    for d in rows:
+        _link(d, board / f"{NEW}{d.name}")
+    return board
 
 
 def _link(target: Path, link: Path) -> None:
@@ -307,27 +311,67 @@ def submit(args, calibrate: Calibrate) -> int:
     rows = sub.rows()
     controls = sub.controls(rows)
     anchor = sub.anchor()
-    board = sub.board(rows + controls)
-    report = write_report(board, sub.out / "report")
-    verdicts = verdict_tables(board, args.router)
-    facts = {"router": args.router, "router_class": router_entry(args.router).provenance(),
-             "edition": str(ed.folder), "task": ed.task, "split": ed.split,
-             "n": len(ed.example_ids), "shares": list(ed.shares),
-             "checked": ["task", "split", "examples", "decoding", "backends", "models (sha256)"],
-             "notes": notes, "rows": [str(r) for r in rows],
-             "controls_added": [str(c) for c in controls],
-             "anchor": str(anchor) if anchor else None,
-             "verdicts": [asdict(t) for t in verdicts]}  # fmt: skip
-    (sub.out / "submission.json").write_text(json.dumps(facts, indent=1) + "\n")
-    write_section(sub.out, report, ed, verdicts, notes)
+    facts = {
+        "router": args.router,
+        "router_class": router_entry(args.router).provenance(),
+        "edition": str(ed.folder),
+        "task": ed.task,
+        "split": ed.split,
+        "n": len(ed.example_ids),
+        "shares": list(ed.shares),
+        "checked": ["task", "split", "examples", "decoding", "backends", "models (sha256)"],
+        "notes": notes,
+        "rows": [str(r) for r in rows],
+        "controls_added": [str(c) for c in controls],
+        "anchor": str(anchor) if anchor else None,
+    }
+    report = write_submission(sub.out, ed, facts)
     print(sub.out / "submission.md")
+    print(report)
+    return 0
+
+
+def write_submission(out: Path, ed: Edition, facts: dict) -> Path:
+    """OUT/board, its report OUT/report (returned), the verdicts, OUT/submission.json (`facts`
+    and the verdict tables) and OUT/submission.md, from the run folders `facts` lists."""
+    board = make_board(out, ed.folder, [Path(p) for p in facts["rows"] + facts["controls_added"]])
+    report = write_report(board, out / "report")
+    tables = verdict_tables(board, facts["router"])
+    facts = {**facts, "verdicts": [asdict(t) for t in tables]}
+    (out / "submission.json").write_text(json.dumps(facts, indent=1) + "\n")
+    write_section(out, report, ed, tables, facts["notes"])
+    return report
+
+
+def rewrite(edition: str, out: str) -> int:
+    """`hybridbench submit --verdicts-only`: a submission already run, its board, report and
+    verdicts written again from its run folders and the edition's (no model loaded, nothing
+    decoded): what a newer verdict rule or a changed edition page needs."""
+    path = Path(out) / "submission.json"
+    if not path.is_file():
+        raise UserError(f"{path} not found: --verdicts-only rewrites a submission already run")
+    facts = {k: v for k, v in json.loads(path.read_text()).items() if k != "verdicts"}
+    ed = read_edition(edition)
+    if (facts["task"], facts["split"]) != (ed.task, ed.split):
+        raise UserError(
+            f"{out} was submitted to {facts['task']}/{facts['split']}, not to "
+            f"{ed.task}/{ed.split} ({edition})"
+        )
+    missing = [p for p in facts["rows"] + facts["controls_added"] if not Path(p).is_dir()]
+    if missing:
+        raise UserError(f"{missing[0]}: run folder not found (run from where it was submitted)")
+    report = write_submission(Path(out), ed, facts)
+    print(Path(out) / "submission.md")
     print(report)
     return 0
 
 
 def verdict_tables(board: Path, router: str) -> list[Table]:
     """The new rows against their matched control and against the published routers at the
-    same share (within MATCH), each paired on the examples both scored."""
+    same share (within MATCH), each paired by example id on the examples both scored, the
+    exact test's p Holm-adjusted over the submission's family: every distinct comparison its
+    tables make (each row against its control, and against every published router within
+    MATCH; the best-router table repeats the latter's)."""
     df = load_runs(board)
     mine = df[df["run"].str.startswith(NEW) & (df["router"] == router)]
     published = df[~df["run"].str.startswith(NEW)]
@@ -335,6 +379,14 @@ def verdict_tables(board: Path, router: str) -> list[Table]:
     if "transfer" in rivals:  # routers trained on another task: listed apart in the edition
         rivals = rivals[~rivals["transfer"].fillna(False).astype(bool)]
     records = {p: read_records(p) for p in df["path"]}
+    tested: dict[tuple[str, str], verdicts.Comparison] = {}
+
+    def test(r, other) -> tuple[str, str]:  # its key in `tested`; compared once
+        key = (r["path"], other["path"])
+        if key not in tested:
+            tested[key] = verdicts.compare_records(records[key[0]], records[key[1]], r["metric"])
+        return key
+
     control_rows, best_rows, every_rows = [], [], []
     for _, r in mine.sort_values("large_token_share").iterrows():
         me = (router, r["setting"] or "—", f"{r['large_token_share']:.3f}")
@@ -342,34 +394,53 @@ def verdict_tables(board: Path, router: str) -> list[Table]:
                                   r["large_token_share"])  # fmt: skip
         if near is not None:
             c = df.loc[near]
-            d = paired_difference(records[r["path"]], records[c["path"]], r["metric"])
             matched = "" if gap <= MATCH else " (not matched)"
-            control_rows.append((*me, quality_cell(r), f"{c['router']} {c['setting']}".strip(),
-                                 f"{c['large_token_share']:.3f}{matched}", str(d["n"]), diff_cell(d),
-                                 verdict(d)))  # fmt: skip
+            control_rows.append(
+                (
+                    (
+                        *me,
+                        quality_cell(r),
+                        f"{c['router']} {c['setting']}".strip(),
+                        f"{c['large_token_share']:.3f}{matched}",
+                    ),
+                    test(r, c),
+                )
+            )
         near = rivals[(rivals["large_token_share"] - r["large_token_share"]).abs() <= MATCH]
         near = near.sort_values(["quality", "run"], ascending=[False, True])
         if not len(near):
-            best_rows.append((*me, quality_cell(r), "no published router within 2 points", "—",
-                              "—", "—", "—", "—"))  # fmt: skip
+            best_rows.append(
+                ((*me, quality_cell(r), "no published router within 2 points", "—", "—"), None)
+            )
         for i, (_, b) in enumerate(near.iterrows()):
-            d = paired_difference(records[r["path"]], records[b["path"]], r["metric"])
-            cells = (f"{b['router']} {b['setting']}".strip(), f"{b['large_token_share']:.3f}",
-                     quality_cell(b), str(d["n"]), diff_cell(d), verdict(d))  # fmt: skip
+            cells = (
+                f"{b['router']} {b['setting']}".strip(),
+                f"{b['large_token_share']:.3f}",
+                quality_cell(b),
+            )
             if i == 0:
-                best_rows.append((*me, quality_cell(r), *cells))
-            every_rows.append((*me, *cells))
+                best_rows.append(((*me, quality_cell(r), *cells), test(r, b)))
+            every_rows.append(((*me, *cells), test(r, b)))
+    adjusted = dict(zip(tested, verdicts.family(list(tested.values())), strict=True))
+
+    def rows(entries) -> tuple[tuple[str, ...], ...]:
+        c = [adjusted.get(key, verdicts.NOTHING) for _, key in entries]
+        return tuple(
+            (*cells, str(t.n) if key else "—", *comparison_cells(t))
+            for (cells, key), t in zip(entries, c, strict=True)
+        )
+
     head = ("router", "setting", "large token share")
-    pairing = ("paired n", "difference [95% CI]", "verdict")
+    pairing = ("paired n", *COMPARISON_HEADER)
     return [
         Table("Submitted rows vs their matched control", (*head, "quality [95% CI]", "control",
-              "its share", *pairing), tuple(control_rows)),
+              "its share", *pairing), rows(control_rows)),
         Table("Submitted rows vs the best published router at the same share (within 2 points)",
               (*head, "quality [95% CI]", "published router", "its share",
-               "its quality [95% CI]", *pairing), tuple(best_rows)),
+               "its quality [95% CI]", *pairing), rows(best_rows)),
         Table("Submitted rows vs every published router within 2 points",
               (*head, "published router", "its share", "its quality [95% CI]", *pairing),
-              tuple(every_rows)),
+              rows(every_rows)),
     ]  # fmt: skip
 
 
@@ -377,15 +448,26 @@ INTRO = (
     "This leaderboard holds the edition's published rows and a submission's new rows (run "
     "folders named {new}...). The submission ran on the edition's {n} {split} examples of "
     "{task}, with the same models (sha256), decoding and backends; each comparison below is "
-    "paired on those examples (difference of the primary metric, 95% paired bootstrap "
-    "interval; better / worse: the interval excludes 0). A control or rival is matched when "
-    "its large-token share is within 2 points."
+    "paired by example id on the examples both rows scored (paired n): the difference of the "
+    "primary metric with its 95% paired bootstrap interval ({n_boot:,} resamples, seed {seed}), "
+    "the exact McNemar test's p on the discordant pairs (a bootstrap p for a graded metric) and "
+    "that p Holm-adjusted over the submission's comparisons (each row against its control and "
+    "every published router within 2 points); better / worse: the adjusted p is below "
+    "{alpha:g}. A control or rival is matched when its large-token share is within 2 points."
 )
 
 
 def write_section(out: Path, report: Path, ed: Edition, tables: list[Table], notes) -> None:
     """OUT/submission.md, and the same section at the top of the report's Markdown and HTML."""
-    intro = INTRO.format(new=NEW, n=len(ed.example_ids), split=ed.split, task=ed.task)
+    intro = INTRO.format(
+        new=NEW,
+        n=len(ed.example_ids),
+        split=ed.split,
+        task=ed.task,
+        n_boot=verdicts.N_BOOT,
+        seed=verdicts.SEED,
+        alpha=verdicts.ALPHA,
+    )
     lines = ["## Submission", "", intro, *([""] + [f"- note: {n}" for n in notes] if notes else [])]
     body = ["<h2>Submission</h2>", f"<p>{html.escape(intro)}</p>"]
     body += [f"<p>note: {html.escape(n)}</p>" for n in notes]

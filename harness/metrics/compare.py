@@ -6,11 +6,14 @@ Both folders are `hybridbench run` outputs (manifest.json + records.jsonl); only
 no model is loaded. Exit status 1 when a regression is flagged, 0 when none, 2 on a user error.
 
 Rules (every number printed comes from `harness.metrics.quality`):
-- quality: on the examples both runs scored (matched by example id), the paired differences
-  new - old of the primary metric are bootstrapped (`metrics.bootstrap_ci`, 95%, seeded); a drop
-  is flagged when the whole interval lies below `-tolerance` (default 0): a drop larger than
-  the noise of resampling examples. Without shared examples the unpaired rule applies: new
-  quality below the lower end of old's `metrics.quality_ci`.
+- quality: on the examples both runs scored (matched by example id), new against old by the
+  verdict rule of `harness.metrics.verdicts` (a family of one): the paired difference new - old
+  of the primary metric with its 95% bootstrap interval (`--n-boot`, default 10,000 resamples,
+  seed 0), and the exact McNemar test on the discordant pairs for a metric scored 0 or 1 (a
+  bootstrap p for a graded one). A drop is flagged when the verdict is "worse" (p < 0.05) and,
+  with `--tolerance` above 0, the whole interval also lies below `-tolerance`. Without shared
+  examples the unpaired rule applies: new quality below the lower end of old's
+  `metrics.quality_ci`.
 - speed: when both manifests record their sessions, `throughput_tok_per_s` (`metrics.throughput`:
   emitted tokens / wall seconds, the one speed a batched run has); otherwise per-stream
   `tok_per_s` (`metrics.latency`: emitted tokens / decode seconds). A slowdown old / new above
@@ -31,6 +34,7 @@ from pathlib import Path
 from harness.core.records import read_lines, records_path
 from harness.errors import UserError
 from harness.metrics import quality as metrics
+from harness.metrics.verdicts import N_BOOT, SEED, compare_records
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,13 @@ class Verdict:
     quality_new: float
     quality_old_ci: tuple[float, float]  # 95% bootstrap CI of old's quality
     diff_ci: tuple[float, float]  # 95% bootstrap CI of mean(new - old) on paired examples
+    diff: float  # mean(new - old) on the paired examples (NaN: none)
+    test: str  # the paired test (harness.metrics.verdicts: exact McNemar or bootstrap)
+    p: float  # its two-sided p (NaN: no paired example)
+    discordant: tuple[int, int] | None  # (new only, old only) right; None: a graded metric
+    verdict: str  # better | worse | no difference | — (the rule, alone in its family)
+    n_boot: int  # bootstrap resamples of the interval (seed `seed`)
+    seed: int
     tok_per_s_old: float
     tok_per_s_new: float
     slowdown: float  # tok_per_s_old / tok_per_s_new (> 1: new is slower)
@@ -85,7 +96,7 @@ def load_run(path: str | Path) -> Run:
 
 
 def compare(
-    old: Run, new: Run, max_slowdown: float = 1.25, tolerance: float = 0.0, n_boot: int = 1000
+    old: Run, new: Run, max_slowdown: float = 1.25, tolerance: float = 0.0, n_boot: int = N_BOOT
 ) -> Verdict:
     """Compare two runs (see the module docstring for the rules)."""
     metric = old.manifest.get("metric")
@@ -97,16 +108,17 @@ def compare(
             )
     q_old, q_new = metrics.quality(old.records, metric), metrics.quality(new.records, metric)
     old_ci = metrics.quality_ci(old.records, metric, n_boot=n_boot)
-    paired = metrics.paired_difference(new.records, old.records, metric, n_boot=n_boot)
-    n_pairs, diff_ci = paired["n"], (paired["ci_low"], paired["ci_high"])
+    paired = compare_records(new.records, old.records, metric, n_boot=n_boot, seed=SEED)
+    n_pairs, diff_ci = paired.n, (paired.ci_low, paired.ci_high)
     tps_old, tps_new = speeds(old, new)
     slowdown = tps_old / tps_new if tps_new > 0 else math.nan
 
     flags = []
-    if n_pairs and diff_ci[1] < -tolerance:
+    if paired.verdict == "worse" and (tolerance <= 0 or diff_ci[1] < -tolerance):
         flags.append(
-            f"quality: {metric} dropped {q_old:.4g} -> {q_new:.4g}; paired 95% CI of the change "
-            f"[{diff_ci[0]:.4g}, {diff_ci[1]:.4g}] lies below -{tolerance:g} ({n_pairs} examples)"
+            f"quality: {metric} dropped {q_old:.4g} -> {q_new:.4g}; paired change {paired.diff:+.4g}"
+            f", 95% CI [{diff_ci[0]:.4g}, {diff_ci[1]:.4g}], {paired.test} p = {paired.p:.3g} "
+            f"({n_pairs} examples)"
         )
     elif not n_pairs and q_new < old_ci[0]:
         flags.append(
@@ -121,8 +133,9 @@ def compare(
     if new.n_failed > old.n_failed:
         flags.append(f"failures: {old.n_failed} -> {new.n_failed} failed examples")
     return Verdict(
-        metric, n_pairs, q_old, q_new, old_ci, diff_ci, tps_old, tps_new, slowdown, same,
-        old.n_failed, new.n_failed, tuple(flags),
+        metric, n_pairs, q_old, q_new, old_ci, diff_ci, paired.diff, paired.test, paired.p,
+        None if paired.a_only is None else (paired.a_only, paired.b_only), paired.verdict,
+        n_boot, SEED, tps_old, tps_new, slowdown, same, old.n_failed, new.n_failed, tuple(flags),
     )  # fmt: skip
 
 
@@ -155,7 +168,9 @@ def report(old: Run, new: Run, v: Verdict) -> str:
         f"new: {new.path}  router={new.manifest.get('router')} {new.manifest.get('router_args')}",
         f"{v.metric}: {v.quality_old:.4g} (95% CI {v.quality_old_ci[0]:.4g}..{v.quality_old_ci[1]:.4g}, "
         f"n={len(old.records)}) -> {v.quality_new:.4g} (n={len(new.records)}); "
-        f"paired change 95% CI {v.diff_ci[0]:.4g}..{v.diff_ci[1]:.4g} on {v.n_paired} examples",
+        f"paired change {v.diff:+.4g}, 95% CI {v.diff_ci[0]:.4g}..{v.diff_ci[1]:.4g} "
+        f"({v.n_boot} resamples, seed {v.seed}) on {v.n_paired} examples",
+        _test_line(v),
         f"tok/s: {v.tok_per_s_old:.4g} -> {v.tok_per_s_new:.4g} (slowdown {v.slowdown:.3g}x)",
         f"failed examples: {v.failed_old} -> {v.failed_new}",
     ]
@@ -168,3 +183,12 @@ def report(old: Run, new: Run, v: Verdict) -> str:
         lines.append(f"note: batch {b_old:g} vs {b_new:g}: throughputs are not comparable")
     lines += [f"REGRESSION {f}" for f in v.flags] or ["no regression flagged"]
     return "\n".join(lines)
+
+
+def _test_line(v: Verdict) -> str:
+    """The paired test's line: its p, the discordant pairs of a 0/1 metric, the verdict."""
+    if not v.n_paired:
+        return "no example scored in both runs: no paired test"
+    pairs = v.discordant
+    said = f" (discordant: {pairs[0]} right in new only, {pairs[1]} in old only)" if pairs else ""
+    return f"{v.test} p = {v.p:.4g}{said}; verdict: {v.verdict}"

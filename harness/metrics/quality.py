@@ -126,14 +126,20 @@ def bootstrap_statistic(
     (e.g. a ratio of sums over the resampled examples, several columns of each kept together)."""
     if n == 0:
         return NAN, NAN
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(bootstrap_draws(n, statistic, n_boot, seed), [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def bootstrap_draws(n: int, statistic, n_boot: int, seed: int) -> np.ndarray:
+    """`statistic` over `n_boot` resamples of n >= 1 items with replacement (numpy PCG64 seeded
+    with `seed`): the draws `bootstrap_statistic` takes its percentiles of."""
     rng = np.random.default_rng(seed)
     rows = max(1, min(n_boot, 1_000_000 // n))  # bound memory: at most ~1e6 draws at once
     stats = []
     for start in range(0, n_boot, rows):
         stats.append(statistic(rng.integers(0, n, size=(min(rows, n_boot - start), n))))
-    tail = (1 - confidence) / 2 * 100
-    lo, hi = np.percentile(np.concatenate(stats), [tail, 100 - tail])
-    return float(lo), float(hi)
+    return np.concatenate(stats)
 
 
 def quality(records: Sequence[dict], metric: str) -> float:
