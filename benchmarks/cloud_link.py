@@ -128,10 +128,9 @@ def token_figures(records: list[dict]) -> dict:
 
 
 def read_records(folder: Path) -> list[dict]:
-    from harness.core.records import read_lines, records_path
+    from harness.core.run_folder import RunFolder
 
-    path = records_path(folder)
-    return [json.loads(x) for x in read_lines(path)] if path else []
+    return RunFolder(folder).lines()
 
 
 def run_once(engine, proxy_url: str, name: str, router_args: list[str], folder: Path, a) -> int:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from harness.core.run_folder import RunFolder
 from harness.metrics import quality as metrics
 from harness.metrics.frontier import aiq, apgr, cpt, pgr
-from reports.load import REFERENCES, RUN_ORDER, decoded, read_records
+from reports.load import REFERENCES, RUN_ORDER, decoded, flag
 from reports.plots import reference
 from reports.text import (
     GOAL_SHARE,
@@ -94,7 +95,7 @@ class TaskRuns:
 
     def scores(self, path: str) -> list[dict]:
         if path not in self.records:
-            self.records[path] = read_records(path)
+            self.records[path] = RunFolder(path).lines()
         return self.records[path]
 
     def references(self) -> tuple[float, float]:
@@ -103,7 +104,7 @@ class TaskRuns:
 
 
 def is_transfer(r) -> bool:
-    return str(r.get("transfer")) == "True"
+    return flag(r, "transfer")
 
 
 def router_label(r) -> str:

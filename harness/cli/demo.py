@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness.cli import options
 from harness.cli import run as run_command
+from harness.core.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "reports" / "published"
@@ -107,10 +108,10 @@ def run(args) -> int:
                 raise
             skipped.append(f"{name}: not run, {e}")
             continue
-        manifest = json.loads((root / name / "manifest.json").read_text())
-        summary = json.loads((root / name / "summary.json").read_text())
-        wall = sum(float(x.get("measured_wall_s", x.get("wall_s")) or 0)
-                   for x in manifest.get("sessions") or [])  # fmt: skip
+        run = RunFolder(root / name)
+        manifest, summary = run.manifest(), run.summary() or {}
+        sessions = manifest.get("sessions") or []
+        wall = sum(float(x.get("measured_wall_s", x.get("wall_s")) or 0) for x in sessions)
         rows.append({**summary, "router_args": manifest.get("router_args") or {}, "wall_s": wall})
     print(demo_table(rows, published_gaps(args.task, args.share)))
     print(*skipped, sep="\n") if skipped else None

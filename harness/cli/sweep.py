@@ -96,7 +96,7 @@ def run_job(name: str, argv: tuple[str, ...], log: str | None = None) -> Outcome
         try:
             rc, error = runner.evaluate(parser.parse_args(list(argv[1:]))) or 0, ""
             if rc:
-                error = "some examples failed (see records.jsonl)"
+                error = "some examples failed (see its records)"
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             rc, error = 2, str(e)

@@ -41,12 +41,13 @@ from pathlib import Path
 from harness.backends.batch_size import machine_id
 from harness.backends.engine import backend_kinds, decode_config, engine_from_args
 from harness.core.loop import DecodeConfig
+from harness.core.run_folder import RunFolder
 from harness.errors import UserError
 from harness.evaluation.runner import evaluate
 from harness.evaluation.sweep import router_settings, setting_name
 from harness.metrics.quality import paired_difference
 from reports import load_runs, write_report
-from reports.load import read_records, run_dirs
+from reports.load import run_dirs
 from reports.render import html_table, md_table
 from reports.tables import ENDS, Table, control_of
 from reports.text import MATCH, diff_cell, nearest_share, quality_cell, verdict
@@ -82,7 +83,7 @@ class Edition:
 def read_edition(folder: str | Path) -> Edition:
     """The edition of a published task folder; one error line when it is none."""
     folder = Path(folder)
-    manifests = {d: json.loads((d / "manifest.json").read_text()) for d in run_dirs(folder)}
+    manifests = {d: RunFolder(d).manifest() for d in run_dirs(folder)}
     large = [d for d, m in manifests.items() if m.get("router") == "large"]
     if not large:
         raise UserError(f"{folder} is not a published task folder: it has no large-only run")
@@ -100,7 +101,7 @@ def read_edition(folder: str | Path) -> Edition:
     shares = {s for s, rs in routers.items() if len(rs) > 1} or set(routers)
     if not shares:
         raise UserError(f"{folder}: no row of it ran at a target share (target_share=)")
-    ids = tuple(sorted(r["example_id"] for r in read_records(large[0]) if not r.get("error")))
+    ids = tuple(sorted(RunFolder(large[0]).done()))
     models = {role: {k: (m.get("models") or {}).get(role, {}).get(k, "")
                      for k in ("source", "sha256", "backend")}
               for role in ("small", "large")}  # fmt: skip
@@ -218,8 +219,10 @@ class Submission:
         args = self.namespace(router=router, limit=limit, out=str(folder),
                               router_arg=[_kv(k, v) for k, v in router_args.items()])  # fmt: skip
         if evaluate(args, engine=self.engine) != 0:
-            raise UserError(f"{folder}: some examples failed (see its records.jsonl); run the "
-                            "same command again to retry them")  # fmt: skip
+            raise UserError(
+                f"{folder}: some examples failed (see its records); run the same command again "
+                "to retry them"
+            )
         return folder
 
     def rows(self) -> list[Path]:
@@ -236,7 +239,7 @@ class Submission:
     def controls(self, rows: list[Path]) -> list[Path]:
         """Matched controls where neither the edition nor an earlier control has one within
         MATCH of a row's share: p aimed at the row's share, aimed again once if it missed."""
-        query = json.loads((rows[0] / "summary.json").read_text()).get("query_large_share")
+        query = (RunFolder(rows[0]).summary() or {}).get("query_large_share")
         control = "random" if query is None else "random_query"  # a query router's: per prompt
         edition = load_runs(self.ed.folder)
         pool = list(edition.loc[edition["router"].isin([control, *ENDS]), "large_token_share"])
@@ -284,8 +287,7 @@ def _link(target: Path, link: Path) -> None:
 
 
 def _share(folder: Path) -> float:
-    summary = json.loads((folder / "summary.json").read_text())
-    share = summary.get("large_token_share")
+    share = (RunFolder(folder).summary() or {}).get("large_token_share")
     return math.nan if share is None else float(share)
 
 
@@ -334,7 +336,7 @@ def verdict_tables(board: Path, router: str) -> list[Table]:
     rivals = published[~published["router"].isin(NOT_RIVALS)]
     if "transfer" in rivals:  # routers trained on another task: listed apart in the edition
         rivals = rivals[~rivals["transfer"].fillna(False).astype(bool)]
-    records = {p: read_records(p) for p in df["path"]}
+    records = {p: RunFolder(p).lines() for p in df["path"]}
     control_rows, best_rows, every_rows = [], [], []
     for _, r in mine.sort_values("large_token_share").iterrows():
         me = (router, r["setting"] or "—", f"{r['large_token_share']:.3f}")
