@@ -145,7 +145,9 @@ def run_once(engine, proxy_url: str, name: str, router_args: list[str], folder: 
             "--batch", "1", "--out", str(folder)]  # fmt: skip
     for arg in router_args:
         argv += ["--router-arg", arg]
-    return evaluate(p.parse_args(argv), engine)
+    from harness.evaluation.spec import RunSpec
+
+    return 0 if evaluate(RunSpec.from_args(p.parse_args(argv)), engine).n_failed == 0 else 1
 
 
 def measure(engine, server_port: int, name: str, condition: str, a) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("harness", "routers", "tasks", "reports")
+PACKAGES = ("hybridbench", "harness", "routers", "tasks", "reports")
 
 
 def test_import_contracts_hold():
@@ -70,4 +70,20 @@ def test_only_the_run_folder_module_names_a_run_folders_files():
                 value = node.value if isinstance(node, ast.Constant) else None
                 if isinstance(value, str) and " " not in value and RUN_FILES.search(value):
                     found.append(f"{rel}:{node.lineno}: {value!r}")
+    assert not found, found
+
+
+def test_the_parsed_command_line_stops_in_the_cli():
+    """Below `harness/cli/` a run travels as a `RunSpec` (models as a `ModelSpec`), never as an
+    `argparse.Namespace`: no module outside the command line builds or names one."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            if rel.startswith("harness/cli/"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                name = getattr(node, "attr", None) or getattr(node, "id", None)
+                if name == "Namespace":
+                    found.append(f"{rel}:{node.lineno}")
     assert not found, found

@@ -206,12 +206,12 @@ def test_report_over_runs_that_scored_nothing_is_one_line(tmp_path, capsys):
     assert not (run.path.parent / "report").exists()
 
 
-def test_the_summary_line_says_n_a_for_undefined_values():
-    from harness.evaluation.runner import _summary_text
+def test_the_summary_line_says_n_a_for_undefined_values(tmp_path):
+    from harness.evaluation.spec import Summary
 
-    text = _summary_text({"n": 0, "n_failed": 1, "quality": float("nan"), "tok_per_s": None})
-    assert text == "n=0  n_failed=1  quality=n/a  tok_per_s=n/a"
-    assert "nan" not in _summary_text({"n": 2, "tok_per_s": 3.25, "batch": 1})
+    undefined = {"n": 0, "n_failed": 1, "quality": float("nan"), "tok_per_s": None}
+    assert Summary(tmp_path, undefined).line() == "n=0  n_failed=1  quality=n/a  tok_per_s=n/a"
+    assert Summary(tmp_path, {"n": 2, "tok_per_s": 3.25}).line() == "n=2  tok_per_s=3.25"
 
 
 class Tagged(Router):

@@ -19,7 +19,6 @@ from pathlib import Path
 from harness.cli import run as run_command
 from harness.core.run_folder import RunFolder
 from harness.errors import UserError
-from harness.evaluation import runner
 from harness.evaluation.experiment_run import held
 from harness.evaluation.rerun import recorded_argv, with_out
 from harness.metrics.compare import compare, report
@@ -45,7 +44,7 @@ def run(args) -> int:
     for row, argv in commands.items():
         print(f"== rerun {row}: hybridbench run {shlex.join(argv)}", flush=True)
         with held(args.lock):
-            rc = runner.evaluate(parser.parse_args(argv))
+            rc = run_command.run(parser.parse_args(argv))
         if rc != 0:
             print(f"!! rerun of {row} exited {rc}", flush=True)
             return rc

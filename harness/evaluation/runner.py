@@ -20,7 +20,6 @@ a batched call, and llama.cpp's multi-row kernels round differently; README "Bat
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import subprocess
@@ -32,6 +31,7 @@ from harness.backends.engine import backend_kinds, decode_config, engine_from_ar
 from harness.core.records import ExampleRecord
 from harness.core.run_folder import RunFolder
 from harness.errors import UserError
+from harness.evaluation.spec import RunSpec, Summary
 
 
 def decode_examples(
@@ -243,38 +243,12 @@ def write_summary(folder: RunFolder, records: list[dict], manifest: dict) -> dic
     return summary
 
 
-# The fields a one-line or one-row summary of a run shows.
-HEADLINE = (
-    "quality",
-    "quality_ci_low",
-    "quality_ci_high",
-    "large_token_share",
-    "large_call_share",
-    "tok_per_s",
-    "throughput_tok_per_s",
-    "batch",
-)
-
-
 def _done_text(done: dict, examples: list) -> str:
     """'12 of 200 examples done, 188 to decode': what a run holds and what remains of it."""
     n = sum(ex.id in done for ex in examples)
     return f"{n} of {len(examples)} examples done" + (
         f", {len(examples) - n} to decode" if n < len(examples) else ""
     )
-
-
-def _summary_text(s: dict) -> str:
-    """The run's one summary line: `key=value` pairs; a value a run cannot define (a share or a
-    speed with nothing decoded: NaN in the summary) reads n/a."""
-    keys = ("n", "n_failed", *HEADLINE)
-    return "  ".join(f"{k}={_value_text(s[k])}" for k in keys if k in s)
-
-
-def _value_text(value) -> str:
-    if isinstance(value, float):
-        return "n/a" if math.isnan(value) else f"{value:.4g}"
-    return "n/a" if value is None else str(value)
 
 
 def environment() -> dict:
@@ -325,50 +299,60 @@ def machine() -> dict:
     }
 
 
-def evaluate(args, engine=None) -> int:
-    """`hybridbench run`; `engine`: an already loaded pair to decode with (the demo shares one
-    across its runs), else the pair named in args is loaded."""
-    from routers import get_router, parse_args
+def load_engine(spec: RunSpec, router=None):
+    """The pair `spec` names, loaded (with the models its router brings: the reward model of
+    `reward`), to decode several runs with: `evaluate(spec, engine)`."""
+    from routers import get_router
+
+    router = router if router is not None else get_router(spec.router, spec.router_args)
+    return engine_from_args(spec, router)
+
+
+def evaluate(spec: RunSpec, engine=None) -> Summary:
+    """`hybridbench run` of `spec`: open or resume its folder (its lock held), decode what is
+    left, score, summarize; print the summary line. `engine`: an already loaded pair to decode
+    with (the demo shares one across its runs), else the pair the spec names is loaded."""
+    from routers import get_router
     from tasks import get_task
 
-    task_args = parse_args(args.task_arg)
-    task = get_task(args.task, **task_args)
-    router_args = parse_args(args.router_arg)
-    router = get_router(args.router, router_args)
-    if args.limit is not None and args.limit < 0:
-        raise UserError(f"--limit must be >= 0, got {args.limit}")
-    cfg = decode_config(args, stop=tuple(task.stop))
-    if args.max_new_tokens is None:
+    task_args = dict(spec.task_args)
+    task = get_task(spec.task, **task_args)
+    router_args = dict(spec.router_args)
+    router = get_router(spec.router, router_args)
+    cfg = decode_config(spec, stop=tuple(task.stop))  # a spec's fields are the options'
+    if spec.max_new_tokens is None:
         cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
-    examples = task.split(args.split, seed=args.split_seed)[: args.limit]
+    examples = task.split(spec.split, seed=spec.split_seed)[: spec.limit]
     from tasks.base import check_disjoint
 
     check_disjoint(
-        set(router.used_example_ids()), [ex.id for ex in examples], f"router {args.router}"
+        set(router.used_example_ids()), [ex.id for ex in examples], f"router {spec.router}"
     )
     identity = {
         "task": task.name,
         "task_args": task_args,
-        "split": args.split,
-        "split_seed": args.split_seed,
-        "router": args.router,
+        "split": spec.split,
+        "split_seed": spec.split_seed,
+        "router": spec.router,
         "router_args": {**router.describe(), **router_args},
         "decode": {k: v for k, v in cfg.__dict__.items() if k != "eos_ids"},
         "model_sources": {
-            "small": args.small or "default",
-            "large": args.large or "default",
-            "dtype": args.dtype,
-            "backends": backend_kinds(args),
+            "small": spec.small or "default",
+            "large": spec.large or "default",
+            "dtype": spec.dtype,
+            "backends": backend_kinds(spec),
         },
     }
     identity = json.loads(json.dumps(identity))  # compare as stored: tuples become lists
-    out = Path(args.out)
+    out = Path(spec.out)
     folder = RunFolder(out)
     with folder.lock():
-        return _run(folder, identity, args, task, router, examples, cfg, engine)
+        return _run(folder, identity, spec, task, router, examples, cfg, engine)
 
 
-def _run(folder: RunFolder, identity: dict, args, task, router, examples, cfg, engine) -> int:
+def _run(
+    folder: RunFolder, identity: dict, spec: RunSpec, task, router, examples, cfg, engine
+) -> Summary:
     """Open or resume the run in `folder` (its lock held), decode what is left, summarize."""
     from harness.core.registry import changes
     from routers import router_entry
@@ -380,31 +364,31 @@ def _run(folder: RunFolder, identity: dict, args, task, router, examples, cfg, e
         lambda: {
             "metric": task.metric,
             **environment(),
-            "seed": args.seed,
-            "temperature": args.temperature,
-            "top_p": args.top_p,
+            "seed": spec.seed,
+            "temperature": spec.temperature,
+            "top_p": spec.top_p,
             "max_new_tokens": identity["decode"]["max_new_tokens"],
         },
     )
     # the resolved classes and the versions that provide them; a resumed run says what changed
     plugins = {
-        "router": router_entry(args.router).provenance(),
-        "task": task_entry(args.task).provenance(),
+        "router": router_entry(spec.router).provenance(),
+        "task": task_entry(spec.task).provenance(),
     }
     if note := changes(manifest.get("plugins"), plugins):
         print(note, file=sys.stderr)
     manifest["plugins"] = plugins
-    manifest["limit"] = args.limit  # what this invocation asks for (the summary covers it)
+    manifest["limit"] = spec.limit  # what this invocation asks for (the summary covers it)
     trained = list(router.trained_on())
     manifest["router_trained_on"] = trained  # transfer: a learned router run on another task
     manifest["transfer"] = bool(trained) and task.name not in trained
     done = folder.repair()
     todo = [ex for ex in examples if ex.id not in done]
-    reuse = reused_runs(args.reuse_answers, router, identity, cfg) if args.reuse_answers else None
+    reuse = reused_runs(spec.reuse_answers, router, identity, cfg) if spec.reuse_answers else None
     print(f"{out}: {_done_text(done, examples)}", file=sys.stderr)
     folder.write_manifest(manifest)  # this invocation's --limit, also when all done
     if todo:
-        engine = engine if engine is not None else engine_from_args(args, router)
+        engine = engine if engine is not None else engine_from_args(spec, router)
         manifest["models"] = engine.model_infos()
         session = {
             "batch": engine.batch,
@@ -430,7 +414,7 @@ def _run(folder: RunFolder, identity: dict, args, task, router, examples, cfg, e
                 todo,
                 cfg,
                 folder,
-                args.split,
+                spec.split,
                 done,
                 session,
                 reuse,
@@ -445,6 +429,6 @@ def _run(folder: RunFolder, identity: dict, args, task, router, examples, cfg, e
         finally:  # the session's throughput is kept even when it is interrupted
             folder.write_manifest(manifest)
     records = [done[ex.id] for ex in examples if ex.id in done]
-    summary = write_summary(folder, records, manifest)
-    print(_summary_text(summary))
-    return 0 if summary.get("n_failed", 0) == 0 else 1
+    summary = Summary(out, write_summary(folder, records, manifest))
+    print(summary.line())
+    return summary
