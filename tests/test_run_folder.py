@@ -23,7 +23,7 @@ from harness.core import run_folder
 from harness.core.router import Needs, Router
 from harness.core.run_folder import RunFolder
 from harness.errors import UserError
-from tests.test_cli import ENV, run_args, start_and_signal
+from tests.test_cli import ENV, run_args
 from tests.tiny import save_tiny_pair
 
 
@@ -76,8 +76,9 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path):
         pass
 
 
-def test_a_lock_left_by_a_process_that_ended_is_taken_over(tmp_path):
-    folder = RunFolder(tmp_path / "run")
+def _dead_holder(folder: RunFolder) -> subprocess.Popen:
+    """A process that took `folder`'s lock, killed outright (no clean-up: the lock file stays,
+    its flock goes with the process)."""
     code = "import sys, time; from harness.core.run_folder import RunFolder\n"
     code += "with RunFolder(sys.argv[1]).lock():\n    print('held', flush=True); time.sleep(60)"
     proc = subprocess.Popen(
@@ -87,8 +88,14 @@ def test_a_lock_left_by_a_process_that_ended_is_taken_over(tmp_path):
     with pytest.raises(UserError, match=f"process {proc.pid} on "):
         with folder.lock():
             pass
-    proc.send_signal(signal.SIGKILL)  # no clean-up: the lock file stays, its flock goes
+    proc.send_signal(signal.SIGKILL)
     proc.wait()
+    return proc
+
+
+def test_a_lock_left_by_a_process_that_ended_is_taken_over(tmp_path):
+    folder = RunFolder(tmp_path / "run")
+    proc = _dead_holder(folder)
     dead = folder.holder()
     assert dead.pid == proc.pid and dead.host == socket.gethostname()
     said = []
@@ -103,7 +110,7 @@ def test_two_runs_into_one_folder_the_second_is_refused(pair, tmp_path, capsys):
     and its session recorded."""
     out = tmp_path / "run"
     first = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli.main", *run_args(pair, out, limit=6)],
+        [sys.executable, "-m", "harness.cli.main", *run_args(pair, out, limit=10)],
         env=ENV,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -115,7 +122,7 @@ def test_two_runs_into_one_folder_the_second_is_refused(pair, tmp_path, capsys):
         assert first.poll() is None, first.communicate()[1]
         time.sleep(0.01)
     capsys.readouterr()
-    assert main(run_args(pair, out, limit=6)) == 2
+    assert main(run_args(pair, out, limit=10)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         f"error: {out} is being written by process {first.pid} on {socket.gethostname()} since "
@@ -123,28 +130,20 @@ def test_two_runs_into_one_folder_the_second_is_refused(pair, tmp_path, capsys):
     ]
     assert first.wait() == 0
     ids = [r["example_id"] for r in RunFolder(out).lines()]
-    assert len(ids) == 6 == len(set(ids))
+    assert len(ids) == 10 == len(set(ids))
     (session,) = RunFolder(out).manifest()["sessions"]  # the first run's; the second wrote none
-    assert session["examples"] == 6
+    assert session["examples"] == 10
     assert not (out / run_folder.LOCK).exists()
 
 
-def test_a_killed_run_leaves_a_lock_the_resumed_run_takes_over(pair, tmp_path):
+def test_a_run_takes_over_the_lock_a_killed_process_left(pair, tmp_path, capsys):
     out = tmp_path / "run"
-    _, _ = start_and_signal(pair, out, signal.SIGKILL, after=1)
+    _dead_holder(RunFolder(out))
     dead = RunFolder(out).holder()
-    assert dead is not None
-    r = subprocess.run(
-        [sys.executable, "-m", "harness.cli.main", *run_args(pair, out, limit=8)],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr
-    assert f"took over the lock left by {dead.text()}, which has ended" in r.stderr
-    ids = [x["example_id"] for x in RunFolder(out).lines()]
-    assert len(ids) == 8 == len(set(ids))
+    capsys.readouterr()
+    assert main(run_args(pair, out, limit=2)) == 0
+    assert f"took over the lock left by {dead.text()}, which has ended" in capsys.readouterr().err
+    assert len(RunFolder(out).lines()) == 2 and not (out / run_folder.LOCK).exists()
 
 
 def test_a_full_disk_is_one_line_and_the_run_resumes(pair, tmp_path, capsys, monkeypatch):
