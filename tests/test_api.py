@@ -106,3 +106,22 @@ def test_a_spec_and_its_command_line_are_one_run(tmp_path):
     assert hb.RunSpec.from_args(parser.parse_args(list(plain.to_argv()[1:]))) == plain
     with pytest.raises(hb.UserError, match="--limit must be >= 0"):
         hb.RunSpec(task="gsm8k", router="small", out="x", limit=-1)
+
+
+def test_every_recorded_row_of_the_edition_reads_as_a_spec_and_back():
+    """The command lines a sweep recorded for the published edition (what `hybridbench rerun`
+    runs again) parse into a RunSpec, whose own command line is the same run."""
+    import json
+    from pathlib import Path
+
+    from harness.cli import run as run_command
+
+    parser = argparse.ArgumentParser()
+    run_command.configure(parser)
+    states = sorted((Path(__file__).parents[1] / "results" / "edition2").glob("*/sweep.json"))
+    rows = [r for s in states for r in json.loads(s.read_text())["runs"].values()]
+    assert len(rows) > 30
+    for row in rows:
+        spec = hb.RunSpec.from_args(parser.parse_args(row["argv"][1:]))
+        assert spec.out.endswith(row["name"]) and spec.task in row["argv"]
+        assert hb.RunSpec.from_args(parser.parse_args(list(spec.to_argv()[1:]))) == spec
