@@ -247,3 +247,16 @@ def test_a_sweeps_parallel_rows_never_share_a_run_folder(tmp_path):
     assert len(outs) == len(set(outs)) == len(jobs) > 5
     with pytest.raises(UserError, match="would share the run folder"):
         _sweep_plan(tmp_path, "tests.test_run_folder:Tagged")
+
+
+def test_a_second_sweep_into_a_sweeps_folder_is_refused(tmp_path, capsys):
+    """A sweep holds its folder (its sweep.json) for its life, as a run holds a run folder."""
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--task", "gsm8k", "--routers", "small", "--limit", "1", "--out", str(out)]
+    with run_folder.folder_lock(out) as me:
+        capsys.readouterr()
+        assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {out} is being written by {me.text()}; wait for it to end or use another --out"
+    )
+    assert not (out / "sweep.json").exists()

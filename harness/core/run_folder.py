@@ -2,7 +2,7 @@
 
     folder = RunFolder("runs/gsm8k-oracle")
     with folder.lock():                      # one writer: a second one ends with a UserError
-        manifest = folder.start(identity, fields)   # create, or resume the same run
+        manifest = folder.start(identity, new_fields)  # create, or resume the same run
         done = folder.repair()               # example id -> last scored record
         with folder.appender() as append:
             append(record)                   # one JSON line, flushed and fsync'ed
@@ -45,11 +45,8 @@ MANIFEST = "manifest.json"
 RECORDS, RECORDS_GZ = "records.jsonl", "records.jsonl.gz"
 SUMMARY = "summary.json"
 LOCK = "writer.lock"
-PUBLISHED = (
-    MANIFEST,
-    SUMMARY,
-    RECORDS_GZ,
-)  # what an edition keeps of a run (`hybridbench publish`)
+# what an edition keeps of a run (`hybridbench publish`)
+PUBLISHED = (MANIFEST, SUMMARY, RECORDS_GZ)
 
 
 @dataclass(frozen=True)
@@ -250,11 +247,7 @@ class RunFolder:
 
     def holder(self) -> Holder | None:
         """Who wrote the lock file (held or left behind); None when there is none."""
-        try:
-            d = json.loads((self.path / LOCK).read_text(encoding="utf-8"))
-            return Holder(int(d["pid"]), str(d["host"]), str(d["since"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return _holder(self.path / LOCK)
 
     def _json(self, name: str) -> dict:
         path = self.path / name
@@ -360,43 +353,63 @@ class RunFolder:
 
     @contextmanager
     def lock(self, say: Callable[[str], None] | None = None) -> Iterator[Holder]:
-        """Hold the folder's lock for the block: one writer per run folder. Held by another live
-        process: a UserError naming it. Left by a process that is gone: taken over, and `say`
-        (default: stderr) is told so. The lock is an advisory `flock` on writer.lock, which the
-        kernel releases when its process ends however it ends."""
-        say = say or (lambda text: print(text, file=sys.stderr))
-        self.path.mkdir(parents=True, exist_ok=True)
-        path = self.path / LOCK
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                held = self.holder()
-                who = held.text() if held else "another process"
-                raise UserError(
-                    f"{self.path} is being written by {who}; wait for it to end or use another --out"
-                ) from None
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)  # the holder removed the file as we opened it: take the new one
-        try:
-            left = self.holder()
-            if left is not None:
-                say(f"{self.path}: took over the lock left by {left.text()}, which has ended")
-            me = Holder(os.getpid(), socket.gethostname(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-            text = json.dumps({"pid": me.pid, "host": me.host, "since": me.since}) + "\n"
-            try:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, text.encode(), 0)
-            except OSError as e:
-                raise self._full(e, LOCK) from None
+        """Hold the folder's lock for the block: one writer per run folder (`folder_lock`)."""
+        with folder_lock(self.path, say) as me:
             yield me
-        finally:
-            path.unlink(missing_ok=True)
+
+
+def _holder(path: Path) -> Holder | None:
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        return Holder(int(d["pid"]), str(d["host"]), str(d["since"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@contextmanager
+def folder_lock(folder: str | Path, say: Callable[[str], None] | None = None) -> Iterator[Holder]:
+    """Hold `folder`'s lock for the block (a run folder's, or a sweep folder's while the sweep
+    runs): held by another live process, a UserError naming it; left by a process that is gone,
+    taken over, and `say` (default: stderr) is told so. The lock is an advisory `flock` on the
+    folder's writer.lock, which the kernel releases when its process ends however it ends."""
+    say = say or (lambda text: print(text, file=sys.stderr))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             os.close(fd)
+            held = _holder(path)
+            who = held.text() if held else "another process"
+            raise UserError(
+                f"{folder} is being written by {who}; wait for it to end or use another --out"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file as we opened it: take the new one
+    try:
+        left = _holder(path)
+        if left is not None:
+            say(f"{folder}: took over the lock left by {left.text()}, which has ended")
+        me = Holder(os.getpid(), socket.gethostname(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        text = json.dumps({"pid": me.pid, "host": me.host, "since": me.since}) + "\n"
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, text.encode(), 0)
+        except OSError as e:
+            if not _is_full(e):
+                raise
+            raise UserError(
+                f"{folder}: the disk is full (writing {LOCK}); free some space"
+            ) from None
+        yield me
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.core.run_folder import RunFolder
+from harness.core.run_folder import RunFolder, folder_lock
 from harness.errors import UserError
 
 STATE = "sweep.json"  # the sweep's own record of runs, beside the run folders
@@ -315,7 +315,11 @@ def sweep(args, run_job: RunJob, passed_on: list[str]) -> int:
         raise UserError(f"--ray-cpus must be > 0, got {args.ray_cpus}")
     out = Path(args.out).resolve()
     jobs = plan(args, out, passed_on)
-    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out):  # one sweep per folder (each run holds its own folder's lock too)
+        return _sweep(args, jobs, out, run_job)
+
+
+def _sweep(args, jobs: list[Job], out: Path, run_job: RunJob) -> int:
     state = _read_state(out)
     todo = [j for j in jobs if not _finished(state, j, out)]
     outcomes = [Outcome(j.name, -1, 0.0, "") for j in jobs if j not in todo]
