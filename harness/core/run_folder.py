@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core.records import ExampleRecord
 from harness.errors import UserError
 
 MANIFEST = "manifest.json"
@@ -312,15 +313,17 @@ class RunFolder:
         return dest
 
     @contextmanager
-    def appender(self) -> Iterator[Callable[[dict], None]]:
-        """`append(record)`: one line, flushed and fsync'ed before it returns. A full disk is a
-        UserError; the line it cut is dropped when the run resumes."""
+    def appender(self) -> Iterator[Callable[[ExampleRecord | dict], None]]:
+        """`append(record)`: one `ExampleRecord` (or its JSON form) as one line, flushed and
+        fsync'ed before it returns. A full disk is a UserError; the line it cut is dropped when
+        the run resumes."""
         self.path.mkdir(parents=True, exist_ok=True)
         with (self.path / RECORDS).open("a", encoding="utf-8") as f:
 
-            def append(record: dict) -> None:
+            def append(record: ExampleRecord | dict) -> None:
+                row = record.to_json() if isinstance(record, ExampleRecord) else record
                 try:
-                    _append_line(f, json.dumps(record) + "\n")
+                    _append_line(f, json.dumps(row) + "\n")
                 except OSError as e:
                     raise self._full(e, RECORDS) from None
 

@@ -1,6 +1,7 @@
 """`hybridbench run`: one router on one task split, crash-safe and resumable.
 
     hybridbench run --task gsm8k --router oracle --limit 5 --out runs/gsm8k-oracle
+    evaluate(RunSpec(task="gsm8k", router="oracle", limit=5, out="runs/gsm8k-oracle"))
 
 The run folder (`harness.core.run_folder`, its one owner) holds the manifest: what ran (task,
 split, router and its arguments, decode settings, models (source, dtype, device, sizes, sha256),
@@ -106,10 +107,10 @@ def decode_examples(
                     generation=gen.to_json() if gen else {},
                     seconds=gen.seconds + scored_s if gen else 0.0,
                     error=error,
-                ).to_json()
+                )
                 append(rec)
                 if not error:
-                    done[ex.id] = rec
+                    done[ex.id] = rec.to_json()
                     session["examples"] += 1
                     session["tokens"] += len(gen.token_ids)
                     seconds = reused_seconds(reuse, job, gen) if reuse else None
