@@ -230,8 +230,8 @@ def add_speed(df: pd.DataFrame, with_anchors: bool = False) -> pd.DataFrame:
         if len(old):
             large = old.loc[old["router"] == "large", "tok_per_s"].astype(float)
             rate = float(large.mean()) if len(large) else math.nan
-            ratio.update({p: float(t) / rate if rate > 0 else math.nan
-                          for p, t in zip(old["path"], old["tok_per_s"], strict=True)})  # fmt: skip
+            rates = zip(old["path"], old["tok_per_s"], strict=True)
+            ratio.update({p: float(t) / rate if rate > 0 else math.nan for p, t in rates})
     out = both.copy() if with_anchors else df.copy()
     if with_anchors:
         out["anchor"] = out["path"].isin(set(anchors.get("path", [])))

@@ -212,8 +212,9 @@ def verdict_table(step: Verdicts) -> list[str]:
             out.append(f"| {run} | {share} | {other} | | not compared yet | | | | |")
             continue
         v = json.loads(path.read_text(encoding="utf-8"))
-        d = {"n": v["n_paired"], "diff": v["quality_new"] - v["quality_old"],
-             "ci_low": v["diff_ci"][0], "ci_high": v["diff_ci"][1]}  # fmt: skip
+        low, high = v["diff_ci"]
+        d = {"n": v["n_paired"], "diff": v["quality_new"] - v["quality_old"]}
+        d.update(ci_low=low, ci_high=high)
         out.append(
             f"| {run} | {share} | {other} | {df.large_token_share[other]:.3f} | {v['metric']} "
             f"(n = {v['n_paired']}) | {v['quality_new']:.3f} | {v['quality_old']:.3f} | "
@@ -368,7 +369,7 @@ def status(step: Step) -> tuple[str, float, int]:
         both = [(r, o) for r, _, o in pairs if o]
         written = sum(step.verdict(r, o).is_file() for r, o in both)
         alone = len(pairs) - len(both)
-        text = f"{written} of {len(both)} matched pairs compared" + (
-            f" ({alone} with no row within {MATCH:g})" if alone else "")  # fmt: skip
+        unmatched = f" ({alone} with no row within {MATCH:g})" if alone else ""
+        text = f"{written} of {len(both)} matched pairs compared{unmatched}"
         return ("done, " if written == len(both) else "") + text, 0.0, 0
     return ("done" if is_done(step) else "to do"), 0.0, 0
