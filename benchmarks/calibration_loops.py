@@ -31,12 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def per_answer(cal_path: str, records_path: str) -> list[tuple[str, bool, list[float]]]:
     """(example id, cut at the budget?, its tokens' scores) for each answer the file scored."""
     cal = json.loads(Path(cal_path).read_text(encoding="utf-8"))
-    recs = {}
-    from harness.core.records import read_lines
+    from harness.core.run_folder import records_in
 
-    for line in read_lines(records_path):
-        r = json.loads(line)
-        recs[r["example_id"]] = r["generation"]
+    recs = {k: r["generation"] for k, r in records_in(records_path).items()}
     out, at = [], 0
     for eid in cal["example_ids"]:
         gen = recs[eid]

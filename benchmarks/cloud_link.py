@@ -128,25 +128,30 @@ def token_figures(records: list[dict]) -> dict:
 
 
 def read_records(folder: Path) -> list[dict]:
-    from harness.core.records import read_lines, records_path
+    from harness.core.run_folder import RunFolder
 
-    path = records_path(folder)
-    return [json.loads(x) for x in read_lines(path)] if path else []
+    return RunFolder(folder).lines()
 
 
 def run_once(engine, proxy_url: str, name: str, router_args: list[str], folder: Path, a) -> int:
     """One invocation of `hybridbench run` on the loaded engine; its exit status."""
-    from harness.cli import run as run_cli
     from harness.evaluation.runner import evaluate
+    from harness.evaluation.spec import RunSpec
+    from routers import parse_args
 
-    p = argparse.ArgumentParser()
-    run_cli.configure(p)
-    argv = ["--task", "gsm8k", "--split", "test", "--limit", str(a.limit), "--router", name,
-            "--large", proxy_url, "--backend", "llama.cpp", "--threads", str(a.threads),
-            "--batch", "1", "--out", str(folder)]  # fmt: skip
-    for arg in router_args:
-        argv += ["--router-arg", arg]
-    return evaluate(p.parse_args(argv), engine)
+    spec = RunSpec(
+        task="gsm8k",
+        split="test",
+        limit=a.limit,
+        router=name,
+        router_args=parse_args(router_args),
+        large=proxy_url,
+        backend="llama.cpp",
+        threads=a.threads,
+        batch="1",
+        out=folder,
+    )
+    return 0 if evaluate(spec, engine).n_failed == 0 else 1
 
 
 def measure(engine, server_port: int, name: str, condition: str, a) -> dict:

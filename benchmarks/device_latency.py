@@ -311,15 +311,14 @@ def load_rows(runs: list[Path], limit: int) -> list[tuple[Path, dict, list[dict]
     the budget in one row would weigh more than the rest together)."""
     rows = []
     for run in runs:
-        manifest = json.loads((run / "manifest.json").read_text())
+        from harness.core.run_folder import RunFolder
+
+        manifest = RunFolder(run).manifest()
         if manifest["router"] not in ROWS_REPLAYED:
             raise SystemExit(f"{run}: router {manifest['router']!r} is not replayed here "
                              f"(one of {sorted(ROWS_REPLAYED)})")  # fmt: skip
         records = {}
-        from harness.core.records import read_lines, records_path
-
-        for line in read_lines(records_path(run)):
-            r = json.loads(line)
+        for r in RunFolder(run).lines():
             ok = not r.get("error") and r["generation"]["stop_reason"] != "max_tokens"
             records[r["example_id"]] = r if ok else None
         rows.append((run, manifest, records))
@@ -333,10 +332,11 @@ def pack_rows(runs: list[Path], limit: int, dest: Path) -> None:
     selection, in its order): the manifest and those records. A sweep's 200-example rows are
     ~7 MB each, and what travels to the GPU machine is 64 MiB in all."""
     for run, manifest, records in load_rows(runs, limit):
+        from harness.core.run_folder import RunFolder
+
         (dest / run.name).mkdir(parents=True, exist_ok=True)
-        (dest / run.name / "manifest.json").write_text(json.dumps(manifest))
-        with open(dest / run.name / "records.jsonl", "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
+        RunFolder(dest / run.name).write_manifest(manifest)
+        RunFolder(dest / run.name).write_records(records)
         print(f"{run} -> {dest / run.name}: {len(records)} examples")
 
 

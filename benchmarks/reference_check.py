@@ -40,13 +40,12 @@ FLASH_ATTN = True
 
 def project_run(folder: Path) -> tuple[dict, dict[str, dict]]:
     """(manifest, example_id -> record) of a project run folder."""
-    from harness.evaluation.runner import load_records
+    from harness.core.run_folder import RunFolder
 
-    if not (folder / "manifest.json").is_file():
-        raise SystemExit(f"{folder}: no project run there (manifest.json missing)")
-    return json.loads((folder / "manifest.json").read_text()), load_records(
-        folder / "records.jsonl"
-    )
+    run = RunFolder(folder)
+    if not run.exists():
+        raise SystemExit(f"{folder}: no project run there (no manifest)")
+    return run.manifest(), run.done()
 
 
 def gguf_path(manifest: dict, role: str) -> Path:

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def step_times(folder: str | Path) -> dict[str, dict[str, float]]:
     """{"speculative" | "large alone": {"steps", "tokens", "seconds"}} over a run's records."""
-    from harness.evaluation.runner import load_records
+    from harness.core.run_folder import RunFolder
 
     out = {k: {"steps": 0, "tokens": 0, "seconds": 0.0} for k in ("speculative", "large alone")}
-    for rec in load_records(Path(folder) / "records.jsonl").values():
+    for rec in RunFolder(folder).done().values():
         steps = (rec.get("generation") or {}).get("steps") or {}
         keys = ("drafted", "kept", "large_tokens", "seconds")
         rows = zip(*(steps.get(k, ()) for k in keys), strict=True)

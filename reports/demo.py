@@ -9,13 +9,13 @@ core's). Built with `harness.core.records`, so the files have exactly the runner
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from harness.core.records import ExampleRecord, ForwardRecord, Generation, ModelInfo, StepRecord
+from harness.core.run_folder import RunFolder
 from harness.metrics.quality import summarize
 
 MODELS = {
@@ -123,7 +123,7 @@ RUNS = (  # (router, router_args, large-token probability or acceptance rate, sk
 def write_demo_results(results_dir: str | Path, n_examples: int = 40, seed: int = 0) -> Path:
     """Write one run folder per entry of RUNS under `results_dir`; return it.
 
-    The last reward run gets no summary.json (readers must recompute it) and the first random
+    The last reward run gets no summary (readers must recompute it) and the first random
     run one failed record.
     """
     root = Path(results_dir)
@@ -154,12 +154,11 @@ def write_demo_results(results_dir: str | Path, n_examples: int = 40, seed: int 
             "machine": {"cpu": "demo"},
             "started": f"2025-01-01T00:00:{k:02d}Z",
         }
-        (run / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
-        with (run / "records.jsonl").open("w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
+        folder = RunFolder(run)
+        folder.write_manifest(manifest)
+        folder.write_records(records)
         if not (router == "reward" and args["threshold"] == 4.0):
-            summary = summarize(records, manifest)
-            (run / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+            folder.write_summary(summarize(records, manifest))
     return root
 
 

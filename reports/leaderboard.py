@@ -24,7 +24,7 @@ import pandas as pd
 
 from harness.errors import UserError
 from harness.metrics.frontier import pgr
-from reports.load import add_speed, decoded, load_runs
+from reports.load import add_speed, decoded, flag, load_runs
 from reports.plots import CAPTIONS, PLOTS
 from reports.provenance import cost_table, provenance_table, setup_facts, setup_table
 from reports.render import Page, md_table
@@ -76,7 +76,7 @@ def _md_table(t: Table) -> str:
 def _speed_cell(r) -> str:
     """A run's throughput / large-only's in one cell, '(modeled)' where its clock is: for
     tables that show one figure per run (benchmarks/paper_tables.py)."""
-    return ratio_text(r) + (" (modeled)" if str(r.get("throughput_modeled")) == "True" else "")
+    return ratio_text(r) + (" (modeled)" if flag(r, "throughput_modeled") else "")
 
 
 def slug(task: str) -> str:
@@ -92,9 +92,16 @@ def _entry(r, task: TaskRuns, q_small: float, q_large: float) -> GoalEntry:
     elif r["router"] not in ENDS:
         verdict = task.pairing(r).verdict
     measured, modeled = ratio_cells(r)
-    return GoalEntry(r["router"], str(r.get("transfer")) == "True", task.setting(r),
-                     float(r["large_token_share"]), pgr(r["quality"], q_small, q_large),
-                     verdict, measured, modeled)  # fmt: skip
+    return GoalEntry(
+        r["router"],
+        flag(r, "transfer"),
+        task.setting(r),
+        float(r["large_token_share"]),
+        pgr(r["quality"], q_small, q_large),
+        verdict,
+        measured,
+        modeled,
+    )
 
 
 def summarize_task(task: TaskRuns, facts: dict) -> TaskSummary:
@@ -201,7 +208,12 @@ def _folder(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, list[Table]]
     """A folder's runs with their speed, its speed anchors and its GPU rows."""
     df = load_runs(results_dir)
     if not len(df):
-        raise UserError(f"no runs (folders with manifest.json) under {str(results_dir)!r}")
+        raise UserError(f"no runs (run folders) under {str(results_dir)!r}")
+    if not any(decoded(n) for n in df["n"]):  # n: the examples a run scored
+        raise UserError(
+            f"{results_dir}: its {len(df)} run(s) scored no example yet, so there is nothing to "
+            "report; finish them first (the same `hybridbench run` resumes each)"
+        )
     # speed anchors (large-only on another machine) label machines and pool large's rates with
     # the runs, and are shown only in the large-only table
     both = add_speed(df, with_anchors=True)

@@ -1,8 +1,9 @@
 """Read a results folder into one table: one row per run, from its summary and manifest.
 
-A run directory holds `manifest.json`, `records.jsonl` and (usually) `summary.json`; a results
-folder holds run directories one level down (or is itself one run directory). Nothing here
-imports a model: the summary is recomputed from records with `harness.metrics.quality` when missing.
+A run directory (`harness.core.run_folder`, which reads it) holds a manifest, records and usually
+a summary; a results folder holds run directories one level down (or is itself one run
+directory). Nothing here imports a model: the summary is recomputed from the records with
+`harness.metrics.quality` when missing.
 
     >>> df = load_runs("runs/sweep1")
     >>> df[["router", "setting", "quality", "large_token_share"]]
@@ -14,9 +15,10 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from harness.core.records import read_lines, records_path
+from harness.core.run_folder import RunFolder, is_run
 from harness.errors import UserError
 from harness.metrics.quality import summarize
 
@@ -33,23 +35,26 @@ RUN_ORDER = ("router", "large_token_share", "setting_value", "setting", "run")
 
 
 def run_dirs(results_dir: str | Path, missing_ok: bool = False) -> list[Path]:
-    """Run directories: `results_dir` itself if it holds manifest.json, else its subfolders that
-    do. A folder that does not exist is an error, or holds none with `missing_ok`."""
+    """Run directories: `results_dir` itself if it is one, else its subfolders that are. A folder that does not exist is an error, or holds none with `missing_ok`."""
     root = Path(results_dir)
     if not root.is_dir():
         if missing_ok:
             return []
         raise UserError(f"results folder {str(root)!r} does not exist")
-    if (root / "manifest.json").is_file():
+    if is_run(root):
         return [root]
-    return sorted(p for p in root.iterdir() if (p / "manifest.json").is_file())
+    return sorted(p for p in root.iterdir() if is_run(p))
 
 
-def read_records(run_dir: str | Path) -> list[dict]:
-    """The records of `records.jsonl` (or `records.jsonl.gz`; blank lines skipped); [] when
-    there is none."""
-    path = records_path(run_dir)
-    return [json.loads(line) for line in read_lines(path) if line.strip()] if path else []
+def flag(row, key: str) -> bool:
+    """A row's yes/no field (`transfer`, `throughput_modeled`, `contended`): True only where it
+    is a true boolean; a row that lacks it (None, or NaN in a frame) is False."""
+    return is_true(row.get(key))
+
+
+def is_true(value) -> bool:
+    """Whether `value` is a true boolean (numpy's included); None, NaN and text are not."""
+    return isinstance(value, bool | np.bool_) and bool(value)
 
 
 def _fmt_arg(value) -> str:
@@ -101,15 +106,15 @@ def setting_value(router_args: dict) -> float:
     return _numeric(router_args)[knob] if knob else math.nan
 
 
-def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict:
-    """One row: manifest fields, setting, and the summary (recomputed from records if missing)."""
+def run_row(run_dir: str | Path, root: str | Path | None = None) -> dict:
+    """One row: manifest fields, setting, and the summary (recomputed from records if missing).
+    Flags are booleans (`transfer`: a learned router run on a task it was not trained on)."""
     run_dir = Path(run_dir)
-    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    summary_path = run_dir / "summary.json"
-    if summary_path.is_file():
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    else:
-        summary = summarize(read_records(run_dir), manifest)
+    folder = RunFolder(run_dir)
+    manifest = folder.manifest()
+    summary = folder.summary()
+    if summary is None:
+        summary = summarize(folder.lines(), manifest)
     args = manifest.get("router_args") or {}
     models = manifest.get("models") or {}
     name = run_dir.name if root is None or Path(root) == run_dir else str(run_dir.relative_to(root))
@@ -125,6 +130,8 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict:
         metric=manifest.get("metric", summary.get("metric", "")),
         split=manifest.get("split", summary.get("split", "")),
         seed=manifest.get("seed"),
+        transfer=bool(summary.get("transfer", manifest.get("transfer"))),
+        throughput_modeled=bool(summary.get("throughput_modeled")),
         git_commit=manifest.get("git_commit", ""),
         started=manifest.get("started", ""),
         model_small=(models.get("small") or {}).get("source", ""),
@@ -165,7 +172,7 @@ def load_runs(results_dir: str | Path) -> pd.DataFrame:
 def load_run_dirs(dirs: list[Path], root: str | Path | None = None) -> pd.DataFrame:
     """One row per run folder of `dirs` (named relative to `root`, else by its own name),
     sorted as `load_runs` sorts."""
-    rows = [load_run(d, root) for d in dirs]
+    rows = [run_row(d, root) for d in dirs]
     if not rows:
         return pd.DataFrame(columns=list(COLUMNS))
     df = pd.DataFrame(rows)
@@ -180,7 +187,7 @@ def anchor_runs(df: pd.DataFrame) -> pd.DataFrame:
     parent folder (large-only on a task's first examples, decoded on a machine that ran too
     little of large's own row; named by the machine's id)."""
     folders = sorted({Path(p).parent / ANCHORS for p in df.get("path", [])})
-    rows = [load_run(d, f.parent) for f in folders for d in run_dirs(f, missing_ok=True)]
+    rows = [run_row(d, f.parent) for f in folders for d in run_dirs(f, missing_ok=True)]
     return pd.DataFrame(rows, columns=None if rows else list(COLUMNS))
 
 
@@ -208,10 +215,7 @@ def add_speed(df: pd.DataFrame, with_anchors: bool = False) -> pd.DataFrame:
 
     anchors = anchor_runs(df)
     both = pd.concat([df, anchors], ignore_index=True) if len(anchors) else df
-    manifests = {
-        p: json.loads((Path(p) / "manifest.json").read_text(encoding="utf-8"))
-        for p in both.get("path", [])
-    }
+    manifests = {p: RunFolder(p).manifest() for p in both.get("path", [])}
     labels = session_machines(manifests)
     by = {p: by_machine(m, labels[p]) for p, m in manifests.items()}
     calm = {p: by_machine(m, labels[p], quiet_only=True) for p, m in manifests.items()}
@@ -226,8 +230,8 @@ def add_speed(df: pd.DataFrame, with_anchors: bool = False) -> pd.DataFrame:
         if len(old):
             large = old.loc[old["router"] == "large", "tok_per_s"].astype(float)
             rate = float(large.mean()) if len(large) else math.nan
-            ratio.update({p: float(t) / rate if rate > 0 else math.nan
-                          for p, t in zip(old["path"], old["tok_per_s"], strict=True)})  # fmt: skip
+            rates = zip(old["path"], old["tok_per_s"], strict=True)
+            ratio.update({p: float(t) / rate if rate > 0 else math.nan for p, t in rates})
     out = both.copy() if with_anchors else df.copy()
     if with_anchors:
         out["anchor"] = out["path"].isin(set(anchors.get("path", [])))

@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from reports.load import REFERENCES, add_speed, decoded, main_knob
+from reports.load import REFERENCES, add_speed, decoded, is_true, main_knob
 from reports.style import style
 from reports.text import setting_text
 
@@ -89,7 +89,7 @@ def _transfer(df: pd.DataFrame) -> pd.Series:
     """Which runs are of a router trained on another task (drawn hollow)."""
     if "transfer" not in df:
         return pd.Series(False, index=df.index)
-    return df["transfer"].map(lambda x: str(x) == "True")
+    return df["transfer"].map(is_true)
 
 
 def _series(routed: pd.DataFrame):
@@ -213,7 +213,7 @@ def throughput_vs_setting(df: pd.DataFrame) -> bytes:
     def draw(ax, g, color):
         x = g["setting_value"].astype(float)
         modeled = g.get("throughput_modeled", pd.Series(False, index=g.index))
-        modeled = modeled.map(lambda m: str(m) == "True")
+        modeled = modeled.map(is_true)
         for is_modeled, part in ((False, g[~modeled]), (True, g[modeled])):
             if len(part):  # a run that reused answers has a modeled clock: dotted, hollow
                 ax.plot(x[part.index], part["vs_large"].astype(float), marker="o", color=color,

@@ -5,10 +5,10 @@ decoded examples)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 
+from harness.core.run_folder import RunFolder
 from reports.load import add_speed
 from reports.tables import Table
 from reports.text import is_modeled
@@ -88,7 +88,7 @@ def setup_facts(df: pd.DataFrame) -> dict[str, set]:
                                                 "backend", "batch", "decoding", "cpu")}  # fmt: skip
     latest: dict[str, tuple[str, str]] = {}  # machine label -> its latest invocation's text
     for path, labels in zip(df["path"], df["session_machines"], strict=True):
-        m = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
+        m = RunFolder(path).manifest()
         sessions = m.get("sessions") or []
         labels = json.loads(labels)
         for i, where in enumerate([m, *sessions]):

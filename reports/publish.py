@@ -4,8 +4,8 @@
 
 For each task folder of SRC (run folders, its speed anchors `anchors/*/`, and `device/` rows
 measured on a GPU machine): DEST/<task>/ is replaced by the task's run folders and anchors
-(manifest.json, summary.json, and the records gzip-compressed with no timestamp,
-records.jsonl.gz: the readers take either) and device rows (one DEST holds and SRC lacks is
+(manifest, summary, and the records gzip-compressed with no timestamp:
+`harness.core.run_folder.RunFolder.publish_to`; the readers take either) and device rows (one DEST holds and SRC lacks is
 kept: GPU rows are measured elsewhere), then the report is written to DEST/<task>/report/.
 The router files the runs name (checkpoints and calibration files in their manifests' router
 arguments) are copied into DEST/routers/, listed in DEST/routers/files.json with their sha256 and
@@ -15,18 +15,17 @@ from the reports' setup and cost tables. Publishing the same runs twice gives th
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core.run_folder import RunFolder, is_run
 from harness.errors import UserError
 from harness.files import file_sha256
 from reports import write_report
 from reports.load import ANCHORS, run_dirs
 
-RUN_FILES = ("manifest.json", "summary.json")
 FILE_ARGS = ("path", "checkpoint", "calibration")  # router arguments that name a file
 DEVICE = "device"  # a task folder's rows measured on a GPU machine (JSON files)
 
@@ -49,13 +48,6 @@ def names_a_file(value) -> bool:
     return isinstance(value, str) and ("/" in value or "." in Path(value).name)
 
 
-def compress(src: Path, dst: Path) -> None:
-    """gzip with mtime 0 and no file name: the same input gives the same bytes."""
-    with src.open("rb") as fin, dst.open("wb") as raw:
-        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as fout:
-            shutil.copyfileobj(fin, fout)
-
-
 def task_runs(src: Path) -> list[Path]:
     """A task folder's run folders and speed anchors (large-only on another machine: the speed
     ratios' denominators), the folders an edition publishes."""
@@ -75,17 +67,8 @@ def publish_task(src: Path, dest: Path) -> list[str]:
         shutil.rmtree(dest)
     files = []
     for run in runs:
-        out = dest / run.relative_to(src)
-        out.mkdir(parents=True)
-        for name in RUN_FILES:
-            if (run / name).is_file():
-                shutil.copy2(run / name, out / name)
-        records = run / "records.jsonl"
-        if records.is_file():
-            compress(records, out / "records.jsonl.gz")
-        elif (run / "records.jsonl.gz").is_file():  # committed compressed already
-            shutil.copy2(run / "records.jsonl.gz", out / "records.jsonl.gz")
-        args = json.loads((run / "manifest.json").read_text()).get("router_args") or {}
+        RunFolder(run).publish_to(dest / run.relative_to(src))
+        args = RunFolder(run).manifest().get("router_args") or {}
         files += [v for k, v in args.items() if k in FILE_ARGS and names_a_file(v)]
     for name, data in kept.items():
         (dest / DEVICE).mkdir(parents=True, exist_ok=True)
@@ -97,35 +80,30 @@ def publish_task(src: Path, dest: Path) -> list[str]:
 
 def is_published(src: Path, dest: Path) -> bool:
     """Whether `dest` holds every run of the task folder `src` as it stands: each run's
-    summary.json the same bytes (a run that grew or changed has a new summary). A task whose
+    summary the same bytes (a run that grew or changed has a new summary). A task whose
     working copies left the tree once published (only `dest` holds runs) is published."""
     runs = task_runs(src) if run_dirs(src, missing_ok=True) else []
     if not runs:
         return bool(run_dirs(dest, missing_ok=True))
     return all(
-        (dest / r.relative_to(src) / "summary.json").is_file()
-        and (dest / r.relative_to(src) / "summary.json").read_bytes()
-        == (r / "summary.json").read_bytes()
+        RunFolder(dest / r.relative_to(src)).summary_bytes() == RunFolder(r).summary_bytes()
         for r in runs
-        if (r / "summary.json").is_file()
+        if RunFolder(r).finished()
     )
 
 
 def restore(dest: Path, src: Path) -> list[Path]:
     """Copy the runs of a published task folder `dest` that the task folder `src` lacks back
-    into it (manifest.json, summary.json, records.jsonl.gz: a run resumes from them, and answers
-    are reused from them); return the run folders restored."""
+    into it (`RunFolder.copy_to`: a run resumes from them, and answers are reused from them);
+    return the run folders restored."""
     if not run_dirs(dest, missing_ok=True):
         return []
     restored = []
     for run in task_runs(dest):
         out = src / run.relative_to(dest)
-        if (out / "manifest.json").is_file():
+        if is_run(out):
             continue
-        out.mkdir(parents=True, exist_ok=True)
-        for name in (*RUN_FILES, "records.jsonl.gz"):
-            if (run / name).is_file():
-                shutil.copy2(run / name, out / name)
+        RunFolder(run).copy_to(out)
         restored.append(out)
     return restored
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.core.run_folder import RunFolder
 from harness.metrics import quality as metrics
 from harness.metrics.costmodel import PROFILES, modeled_latency
 from harness.metrics.machines import large_pool
@@ -41,7 +42,7 @@ def speed_table(task: TaskRuns) -> Table:
     modeled tokens per second on two hardware profiles."""
     rows = []
     for _, r in ordered_runs(task.all_runs, task.routers).iterrows():
-        manifest = json.loads((Path(r["path"]) / "manifest.json").read_text(encoding="utf-8"))
+        manifest = RunFolder(r["path"]).manifest()
         records = task.scores(r["path"])
         profiles = [modeled_latency(records, manifest, PROFILES[p]) for p in PROFILE_COLUMNS]
         rate = r.get("throughput_tok_per_s", math.nan) if decoded(r.get("n")) else math.nan

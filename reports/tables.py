@@ -17,9 +17,10 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
+from harness.core.run_folder import RunFolder
 from harness.metrics import verdicts
 from harness.metrics.frontier import aiq, apgr, cpt, pgr
-from reports.load import REFERENCES, RUN_ORDER, decoded, read_records
+from reports.load import REFERENCES, RUN_ORDER, decoded, flag
 from reports.plots import reference
 from reports.text import (
     COMPARISON_HEADER,
@@ -95,7 +96,7 @@ class TaskRuns:
 
     def scores(self, path: str) -> list[dict]:
         if path not in self.records:
-            self.records[path] = read_records(path)
+            self.records[path] = RunFolder(path).lines()
         return self.records[path]
 
     def pairing(self, r) -> Pairing:
@@ -118,7 +119,7 @@ class TaskRuns:
 
 
 def is_transfer(r) -> bool:
-    return str(r.get("transfer")) == "True"
+    return flag(r, "transfer")
 
 
 def router_label(r) -> str:

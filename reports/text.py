@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 
 from harness.metrics.verdicts import ALPHA, N_BOOT, SEED, Comparison
-from reports.load import FILE_ARGS, decoded
+from reports.load import FILE_ARGS, decoded, flag
 
 GOAL_SHARE = 0.25  # the quality goal: the most of the gap recovered at <= 25% large tokens
 MATCH = 0.02  # large-token shares within 2 points count as matched
@@ -84,14 +84,14 @@ def quality_cell(row) -> str:
 
 def is_modeled(r) -> bool:
     """Whether a run's clock is modeled (its answers were reused from other runs)."""
-    return str(r.get("throughput_modeled")) == "True"
+    return flag(r, "throughput_modeled")
 
 
 def ratio_text(r) -> str:
     """A run's throughput / large-only's on the same machine(s) (`reports.load.add_speed`),
     marked where other processes were recorded busy meanwhile, and where some of its examples
     ran on a machine large-only never ran on (left out of the ratio)."""
-    busy = " (contended)" if str(r.get("contended")) == "True" else ""
+    busy = " (contended)" if flag(r, "contended") else ""
     ratio, part, whole = (float(r.get(k, math.nan)) for k in
                           ("vs_large", "vs_large_examples", "speed_examples"))  # fmt: skip
     partial = not math.isnan(ratio) and part < whole

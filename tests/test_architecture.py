@@ -3,6 +3,8 @@ through others, and the decoding core stays small."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +12,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("harness", "routers", "tasks", "reports")
+PACKAGES = ("hybridbench", "harness", "routers", "tasks", "reports")
 
 
 def test_import_contracts_hold():
@@ -47,3 +49,41 @@ def test_file_sizes():
         if (n := len(p.read_text().splitlines())) > 500
     }
     assert not big, big
+
+
+# A run folder's files are named in one module (harness/core/run_folder.py); a reward data folder
+# is another format, whose own manifest its module names.
+RUN_FILES = re.compile(r"(?:^|/)(?:manifest\.json|records\.jsonl|summary\.json|writer\.lock)")
+NAMES_RUN_FILES = {"harness/core/run_folder.py", "harness/training/reward_data.py"}
+
+
+def test_only_the_run_folder_module_names_a_run_folders_files():
+    """No string constant outside `harness.core.run_folder` is a path to a run folder's file
+    (prose that mentions one, with spaces around it, is not a path)."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            if rel in NAMES_RUN_FILES:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                value = node.value if isinstance(node, ast.Constant) else None
+                if isinstance(value, str) and " " not in value and RUN_FILES.search(value):
+                    found.append(f"{rel}:{node.lineno}: {value!r}")
+    assert not found, found
+
+
+def test_the_parsed_command_line_stops_in_the_cli():
+    """Below `harness/cli/` a run travels as a `RunSpec` (models as a `ModelSpec`), never as an
+    `argparse.Namespace`: no module outside the command line builds or names one."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            if rel.startswith("harness/cli/"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                name = getattr(node, "attr", None) or getattr(node, "id", None)
+                if name == "Namespace":
+                    found.append(f"{rel}:{node.lineno}")
+    assert not found, found

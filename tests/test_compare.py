@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli.main import main
-from harness.metrics.compare import compare, load_run
+from harness.core.run_folder import RunFolder
+from harness.metrics.compare import compare
 
 MANIFEST = {"task": "t", "split": "test", "metric": "acc", "router": "r", "router_args": {}}
 
@@ -72,7 +73,7 @@ def test_a_drop_the_interval_excludes_but_the_exact_test_does_not_is_not_flagged
     exact test's p is 2 / 2**5 = 0.0625, so the verdict is no difference and nothing is flagged."""
     old = write_run(tmp_path / "old", [1.0] * 40)
     new = write_run(tmp_path / "new", [0.0] * 5 + [1.0] * 35)
-    v = compare(load_run(old), load_run(new))
+    v = compare(RunFolder(old).read(), RunFolder(new).read())
     assert v.diff_ci[1] < 0 and v.p == pytest.approx(2 / 2**5)
     assert v.verdict == "no difference" and v.flags == ()
 
@@ -80,15 +81,15 @@ def test_a_drop_the_interval_excludes_but_the_exact_test_does_not_is_not_flagged
 def test_a_drop_inside_the_noise_is_not_flagged(tmp_path):
     old = write_run(tmp_path / "old", GOOD)
     new = write_run(tmp_path / "new", [0.0] + GOOD[1:16] + [1.0] + GOOD[17:])  # one lost, one won
-    v = compare(load_run(old), load_run(new))
+    v = compare(RunFolder(old).read(), RunFolder(new).read())
     assert v.flags == () and v.diff_ci[0] < 0 < v.diff_ci[1]
     one_lost = write_run(tmp_path / "one", [0.0] + GOOD[1:])
-    assert compare(load_run(old), load_run(one_lost)).flags == ()  # CI reaches 0
+    assert compare(RunFolder(old).read(), RunFolder(one_lost).read()).flags == ()  # CI reaches 0
 
 
 def test_unpaired_runs_use_old_interval(tmp_path):
-    old = load_run(write_run(tmp_path / "old", GOOD))
-    new = load_run(write_run(tmp_path / "new", [0.0] * 20))
+    old = RunFolder(write_run(tmp_path / "old", GOOD)).read()
+    new = RunFolder(write_run(tmp_path / "new", [0.0] * 20)).read()
     new = new.__class__(
         new.path, new.manifest, [dict(r, example_id="x" + r["example_id"]) for r in new.records], 0
     )
@@ -100,7 +101,7 @@ def test_unpaired_runs_use_old_interval(tmp_path):
 def test_speed_drop_beyond_the_ratio_is_flagged(tmp_path, factor, flagged):
     old = write_run(tmp_path / "old", GOOD, seconds_per_token=0.01)
     new = write_run(tmp_path / "new", GOOD, seconds_per_token=0.01 * factor)
-    v = compare(load_run(old), load_run(new), max_slowdown=1.25)
+    v = compare(RunFolder(old).read(), RunFolder(new).read(), max_slowdown=1.25)
     assert v.slowdown == pytest.approx(factor)
     assert bool(v.flags) is flagged and (not flagged or v.flags[0].startswith("speed:"))
 
@@ -108,7 +109,7 @@ def test_speed_drop_beyond_the_ratio_is_flagged(tmp_path, factor, flagged):
 def test_new_failures_are_flagged(tmp_path):
     old = write_run(tmp_path / "old", GOOD)
     new = write_run(tmp_path / "new", GOOD, failed=2)
-    v = compare(load_run(old), load_run(new))
+    v = compare(RunFolder(old).read(), RunFolder(new).read())
     assert v.failed_new == 2 and v.flags == ("failures: 0 -> 2 failed examples",)
 
 
@@ -164,8 +165,9 @@ def test_degraded_router_is_flagged_on_tiny_runs(tmp_path, capsys):
         manifest = {"task": task.name, "split": "test", "metric": "match", "router": name}
         (out / "manifest.json").write_text(json.dumps({**manifest, "router_args": args}))
         router, done = get_router(name, args), {}
-        decode_examples(engine, router, task, examples, cfg, out / "records.jsonl", "test", done)
-        write_summary(out, list(done.values()), manifest)
+        folder = RunFolder(out)
+        decode_examples(engine, router, task, examples, cfg, folder, "test", done)
+        write_summary(folder, list(done.values()), manifest)
         folders[name] = str(out)
     # timings on a shared CPU are noise: only quality is judged here
     assert main(["compare", folders["oracle"], folders["oracle"], "--max-slowdown", "100"]) == 0

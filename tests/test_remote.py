@@ -234,7 +234,8 @@ def test_a_client_error_is_not_retried(server):
 
 def test_runner_records_the_failure_and_resume_retries_it(pair, server, tmp_path):
     """A remote failure becomes a failed record; a resumed run decodes that example again."""
-    from harness.evaluation.runner import decode_examples, load_records
+    from harness.core.run_folder import RunFolder
+    from harness.evaluation.runner import decode_examples
     from tasks.base import Example, user_message
 
     class Echo:
@@ -245,21 +246,22 @@ def test_runner_records_the_failure_and_resume_retries_it(pair, server, tmp_path
 
     examples = [Example(f"q{i}", user_message(p), None) for i, p in enumerate(PROMPTS[:2])]
     cfg = DecodeConfig(max_new_tokens=6)
-    path = tmp_path / "records.jsonl"
+    folder = RunFolder(tmp_path)
+    path = folder.records_path
     with FaultProxy(server, ["500"] * 3) as proxy:  # q0's first forward fails 3 times
         engine = engine_with(pair, remote(proxy.url, retries=2))
         done = {}
-        decode_examples(engine, get_router("oracle"), Echo(), examples, cfg, path, "test", done)
+        decode_examples(engine, get_router("oracle"), Echo(), examples, cfg, folder, "test", done)
     assert set(done) == {"q1"}
     first = path.read_text().splitlines()
     assert len(first) == 2 and "gave up after 3 attempts" in first[0]
     # resume, as `hybridbench run` does: keep good records, decode the rest
-    done = load_records(path, repair=True)
+    done = folder.repair()
     todo = [ex for ex in examples if ex.id not in done]
     assert [ex.id for ex in todo] == ["q0"]
     engine = engine_with(pair, remote(f"http://127.0.0.1:{server}"))
-    decode_examples(engine, get_router("oracle"), Echo(), todo, cfg, path, "test", done)
-    final = load_records(path)
+    decode_examples(engine, get_router("oracle"), Echo(), todo, cfg, folder, "test", done)
+    final = folder.done()
     assert set(final) == {"q0", "q1"} and not any(r["error"] for r in final.values())
 
 

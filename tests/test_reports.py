@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.run_folder import RunFolder
 from harness.errors import UserError
 from harness.metrics.quality import summarize
 from reports import load_runs, write_report
 from reports.demo import write_demo_results
-from reports.load import read_records, setting_label, setting_value
+from reports.load import setting_label, setting_value
 from reports.plots import CAPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +80,7 @@ def test_load_runs_recomputes_missing_summary(results):
     run = results / "reward_threshold4"
     assert not (run / "summary.json").exists()
     manifest = json.loads((run / "manifest.json").read_text())
-    expected = summarize(read_records(run), manifest)
+    expected = summarize(RunFolder(run).lines(), manifest)
     row = load_runs(results).set_index("run").loc["reward_threshold4"]
     for key in ("quality", "large_token_share", "large_call_share", "bytes_total", "tok_per_s"):
         assert row[key] == pytest.approx(expected[key]), key
@@ -229,7 +230,7 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
             (randoms["large_token_share"] - r["large_token_share"]).abs().idxmin()
         ]
         d = verdicts.compare_records(
-            read_records(r["path"]), read_records(nearest["path"]), r["metric"]
+            RunFolder(r["path"]).lines(), RunFolder(nearest["path"]).lines(), r["metric"]
         )
         want = nearest["router"]
         if want == "random":
@@ -250,7 +251,7 @@ def test_paired_speed_and_transfer_tables(results, tmp_path):
     small = speed[("small", "—")]
     run = df[df["router"] == "small"].iloc[0]
     manifest = json.loads((Path(run["path"]) / "manifest.json").read_text())
-    want = modeled_latency(read_records(run["path"]), manifest, PROFILES["h100"])
+    want = modeled_latency(RunFolder(run["path"]).lines(), manifest, PROFILES["h100"])
     assert small[-1] == f"{want['modeled_tok_per_s']:.1f}"
     assert speed[("large", "—")][6:9] == ("1.00", "—", "—")  # large-only: 1.00 by definition
     assert small[6] != "—" and small[7:9] == ("—", "—")  # measured: the modeled columns empty

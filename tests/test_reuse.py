@@ -126,7 +126,7 @@ def test_run_reuse_answers_refusals(pair, tmp_path, capsys):
         (["--max-new-tokens", "6"], reuse, "decode"),
         ([], f"{root / 'large'},{root / 'small'}", "not a small one"),
         ([], str(root / "small"), "SMALL_RUN,LARGE_RUN"),
-        ([], f"{root / 'small'},{tmp_path}", "no manifest.json"),
+        ([], f"{root / 'small'},{tmp_path}", "is not a run folder"),
     ]
     for i, (extra, spec, message) in enumerate(cases):
         router = extra[1] if extra[:1] == ["--router"] else "random_query"

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from harness.cli.main import main
+from harness.core.run_folder import RunFolder
 from harness.evaluation.submit import NEW, read_edition
 from harness.metrics.verdicts import compare_records
-from reports.load import read_records
 from reports.text import p_cell
 from routers.score import ScoreRouter
 from tests.tiny import tiny_gguf_pair
@@ -86,7 +86,7 @@ def test_submit_puts_the_router_among_the_published_rows(edition, tmp_path, caps
     for name in rows:  # the edition's examples, its decoding, the router at its shares
         m = json.loads((out / "runs" / name / "manifest.json").read_text())
         assert m["decode"] == ed.decode and m["split"] == ed.split and m["task"] == "sums"
-        ids = sorted(r["example_id"] for r in read_records(out / "runs" / name))
+        ids = sorted(r["example_id"] for r in RunFolder(out / "runs" / name).lines())
         assert tuple(ids) == ed.example_ids
     # a control was added only where the edition had none within 2 points of a row's share:
     # aimed at that share, and aimed once more where it missed (a 6-token answer's share moves
@@ -119,7 +119,9 @@ def test_submit_puts_the_router_among_the_published_rows(edition, tmp_path, caps
         theirs = next(n for n in board if n.split("__")[0] == row[4].split(" ")[0]
                       and f"{shares(out / 'board')[n]:.3f}" == row[5].split(" ")[0])  # fmt: skip
         d = compare_records(
-            read_records(out / "runs" / mine), read_records(out / "board" / theirs), "exact_match"
+            RunFolder(out / "runs" / mine).lines(),
+            RunFolder(out / "board" / theirs).lines(),
+            "exact_match",
         )
         assert row[6] == str(len(ed.example_ids)) == str(d.n)
         assert row[7] == f"{d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}]"

@@ -191,7 +191,9 @@ def load_backend(
 
 
 def engine_from_args(args, router=None) -> Engine:
-    """Set threads, then load the pair named in args, plus the models `router` brings.
+    """Set threads, then load the pair named in args, plus the models `router` brings. `args`:
+    a `harness.backends.model_spec.ModelSpec`, or a `harness.evaluation.spec.RunSpec` (the same
+    fields), or a command's parsed options.
 
     A `--large` that is an http(s) URL is an OpenAI-compatible completions server (llama.cpp's
     llama-server, vLLM) serving the large model; it must use small's tokenizer, which cannot be

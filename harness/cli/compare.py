@@ -6,8 +6,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from harness.core.run_folder import RunFolder
 from harness.errors import UserError
-from harness.metrics.compare import compare, load_run, report
+from harness.metrics.compare import compare, report
 from harness.metrics.verdicts import N_BOOT, SEED
 
 
@@ -40,7 +41,7 @@ def run(args) -> int:
         raise UserError(f"--max-slowdown must be > 0, got {args.max_slowdown}")
     if args.n_boot < 1:
         raise UserError(f"--n-boot must be >= 1, got {args.n_boot}")
-    old, new = load_run(args.old), load_run(args.new)
+    old, new = RunFolder(args.old).read(), RunFolder(args.new).read()
     v = compare(old, new, args.max_slowdown, args.tolerance, args.n_boot)
     print(report(old, new, v))
     if args.json:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness.cli import options
 from harness.cli import run as run_command
+from harness.core.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "reports" / "published"
@@ -107,10 +108,10 @@ def run(args) -> int:
                 raise
             skipped.append(f"{name}: not run, {e}")
             continue
-        manifest = json.loads((root / name / "manifest.json").read_text())
-        summary = json.loads((root / name / "summary.json").read_text())
-        wall = sum(float(x.get("measured_wall_s", x.get("wall_s")) or 0)
-                   for x in manifest.get("sessions") or [])  # fmt: skip
+        run = RunFolder(root / name)
+        manifest, summary = run.manifest(), run.summary() or {}
+        sessions = manifest.get("sessions") or []
+        wall = sum(float(x.get("measured_wall_s", x.get("wall_s")) or 0) for x in sessions)
         rows.append({**summary, "router_args": manifest.get("router_args") or {}, "wall_s": wall})
     print(demo_table(rows, published_gaps(args.task, args.share)))
     print(*skipped, sep="\n") if skipped else None
@@ -133,15 +134,16 @@ def _run_shared(argv: list[str], shared: dict) -> int:
     goes up to the command line, which prints it."""
     from harness.backends import engine as engines
     from harness.evaluation.runner import evaluate
-    from routers import get_router, parse_args
+    from harness.evaluation.spec import RunSpec
+    from routers import get_router
 
     parser = argparse.ArgumentParser(prog="hybridbench run")
     run_command.configure(parser)
-    args = parser.parse_args(argv)
-    router = get_router(args.router, parse_args(args.router_arg))
+    spec = RunSpec.from_args(parser.parse_args(argv))
+    router = get_router(spec.router, spec.router_args)
     if "engine" not in shared:
         t = time.perf_counter()
-        shared["engine"] = engines.engine_from_args(args)
+        shared["engine"] = engines.engine_from_args(spec)
         shared["load_s"] = time.perf_counter() - t
     pair = shared["engine"]
     extra = router.backends(pair)  # what engine_from_args would attach (and its checks)
@@ -150,7 +152,7 @@ def _run_shared(argv: list[str], shared: dict) -> int:
         engine = engines.Engine(pair.tokenizer, {**pair.backends, **extra}, pair.batch)
         engine.batch_probe = pair.batch_probe
     with contextlib.redirect_stdout(io.StringIO()):
-        return evaluate(args, engine=engine)
+        return 0 if evaluate(spec, engine=engine).n_failed == 0 else 1
 
 
 def published_gaps(task: str, share: float) -> dict[str, float]:

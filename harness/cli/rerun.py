@@ -17,11 +17,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.cli import run as run_command
+from harness.core.run_folder import RunFolder
 from harness.errors import UserError
-from harness.evaluation import runner
 from harness.evaluation.experiment_run import held
 from harness.evaluation.rerun import recorded_argv, with_out
-from harness.metrics.compare import compare, load_run, report
+from harness.metrics.compare import compare, report
 
 
 def configure(p) -> None:
@@ -44,11 +44,11 @@ def run(args) -> int:
     for row, argv in commands.items():
         print(f"== rerun {row}: hybridbench run {shlex.join(argv)}", flush=True)
         with held(args.lock):
-            rc = runner.evaluate(parser.parse_args(argv))
+            rc = run_command.run(parser.parse_args(argv))
         if rc != 0:
             print(f"!! rerun of {row} exited {rc}", flush=True)
             return rc
-        old, new = load_run(args.sweep / row), load_run(args.out / row)
+        old, new = RunFolder(args.sweep / row).read(), RunFolder(args.out / row).read()
         v = compare(old, new, args.max_slowdown)
         print(report(old, new, v), flush=True)
         verdicts[row] = asdict(v)
@@ -56,6 +56,6 @@ def run(args) -> int:
         if v.flags:
             flagged.append(row)
     (args.out / "compare.json").write_text(json.dumps(verdicts, indent=2) + "\n")
-    print(f"{len(rows)} rows run again: {len(flagged)} flagged"
-          + (f" ({', '.join(flagged)})" if flagged else ""))  # fmt: skip
+    which = f" ({', '.join(flagged)})" if flagged else ""
+    print(f"{len(rows)} rows run again: {len(flagged)} flagged{which}")
     return 1 if flagged else 0

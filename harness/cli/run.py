@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from harness.cli import options
 from harness.evaluation import runner
+from harness.evaluation.spec import RunSpec
 
 
 def configure(p) -> None:
@@ -35,4 +36,5 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    return runner.evaluate(args)
+    summary = runner.evaluate(RunSpec.from_args(args))
+    return 0 if summary.n_failed == 0 else 1

@@ -9,8 +9,12 @@ llama.cpp, the edition's decoding); the command refuses with the reason when the
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+
 from harness.cli import options
 from harness.evaluation import submit
+from harness.evaluation.spec import RunSpec, arg_text
 from harness.training.calibrate import calibrate
 
 
@@ -57,4 +61,13 @@ def configure(p) -> None:
 def run(args) -> int:
     if args.verdicts_only:
         return submit.rewrite(args.edition, args.out)
-    return submit.submit(args, calibrate)
+    return submit.submit(args, _calibrate)
+
+
+def _calibrate(spec: RunSpec, records: str | None, engine) -> int:
+    """`hybridbench calibrate` of the submission's router on the spec's split, with its options
+    (the command line's, as the calibrate command reads them)."""
+    values = dataclasses.asdict(spec)
+    values["task_arg"] = [f"{k}={arg_text(v)}" for k, v in values.pop("task_args").items()]
+    values["router_arg"] = [f"{k}={arg_text(v)}" for k, v in values.pop("router_args").items()]
+    return calibrate(argparse.Namespace(**values, records=records, checkpoint=None), engine)

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.cli import options
 from harness.cli import run as run_command
 from harness.errors import UserError
-from harness.evaluation import runner, sweep
+from harness.evaluation import sweep
 from harness.evaluation.sweep import (
     DEFAULT_TARGETS,
     Outcome,
@@ -94,9 +94,9 @@ def run_job(name: str, argv: tuple[str, ...], log: str | None = None) -> Outcome
             stack.enter_context(contextlib.redirect_stdout(f))
             stack.enter_context(contextlib.redirect_stderr(f))
         try:
-            rc, error = runner.evaluate(parser.parse_args(list(argv[1:]))) or 0, ""
+            rc, error = run_command.run(parser.parse_args(list(argv[1:]))), ""
             if rc:
-                error = "some examples failed (see records.jsonl)"
+                error = "some examples failed (see its records)"
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             rc, error = 2, str(e)

@@ -17,7 +17,7 @@ Phases of a forward pass:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 SMALL, LARGE = 0, 1
 MODELS = ("small", "large", "reward", "router")
@@ -140,42 +140,3 @@ class ExampleRecord:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """A run's `summary.json`: aggregates computed from its records only."""
-
-    task: str
-    router: str
-    router_args: dict = field(default_factory=dict)
-    n_examples: int = 0
-    metrics: dict = field(default_factory=dict)
-
-
-# --- a run's records file --------------------------------------------------------------------
-
-RECORDS, RECORDS_GZ = "records.jsonl", "records.jsonl.gz"
-
-
-def records_path(run_dir):
-    """A run's records file: records.jsonl, else records.jsonl.gz (published runs are
-    committed compressed, `hybridbench publish`); None when it has neither."""
-    from pathlib import Path
-
-    for name in (RECORDS, RECORDS_GZ):
-        if (Path(run_dir) / name).is_file():
-            return Path(run_dir) / name
-    return None
-
-
-def read_lines(path) -> list[str]:
-    """The lines of a records file, gzip-compressed or not."""
-    import gzip
-    from pathlib import Path
-
-    path = Path(path)
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            return f.read().splitlines()
-    return path.read_text(encoding="utf-8").splitlines()

@@ -28,9 +28,11 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from harness.backends.engine import backend_kinds, engine_from_args
+from harness.backends.model_spec import ModelSpec
 
 FALLBACK_PROMPTS = [
     "A farmer has 17 sheep and buys 3 times as many goats. How many animals does he have?",
@@ -80,11 +82,11 @@ def _tok_s(result: dict, config: str) -> float:
     return next(r["tok_s"] for r in result["rows"] if r["config"] == config)
 
 
-def bench_one(args):
-    """(t_small, t_large, rows, n_prompts) for the pair loaded on args' backend."""
+def bench_one(args, models: ModelSpec):
+    """(t_small, t_large, rows, n_prompts) for the pair `models` names."""
     from routers import get_router
 
-    engine = engine_from_args(args)
+    engine = engine_from_args(models)
     ids = [engine.encode(p) for p in prompts(args.prompts)]
     rates = [float(r) for r in args.rates.split(",")]
     measure(engine, get_router("random", {"p": 0.5}), ids[:1], 8, args.seed)  # warm-up, discarded
@@ -226,14 +228,12 @@ def _table(rows, t_s, t_l, n_prompts, n_tokens) -> str:
 def bench_decode(args) -> int:
     """One table per backend in --backends (default: --backend), all in this one process, and
     the llama.cpp / hf speed ratios when both ran."""
-    import argparse
-
     kinds = [b.strip() for b in (args.backends or args.backend).split(",") if b.strip()]
     results = {}
     for kind in kinds:
-        one = argparse.Namespace(**{**vars(args), "backend": kind})
-        resolved = "+".join(dict.fromkeys(backend_kinds(one).values()))  # e.g. "llama.cpp"
-        t_s, t_l, rows, n = bench_one(one)
+        models = replace(ModelSpec.of(args), backend=kind)
+        resolved = "+".join(dict.fromkeys(backend_kinds(models).values()))  # e.g. "llama.cpp"
+        t_s, t_l, rows, n = bench_one(args, models)
         results[resolved] = {"t_small": t_s, "t_large": t_l, "rows": rows}
         print(f"\nbackend {resolved}: " + _table(rows, t_s, t_l, n, args.tokens), flush=True)
     if {"hf", "llama.cpp"} <= results.keys():

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core.run_folder import RunFolder
 from harness.errors import UserError
 from harness.evaluation.experiment_spec import (
     FILE_ARGS,
@@ -263,7 +264,7 @@ def _calibration(spec, task: Task, routers: list[str], fixed: dict, models: list
     own = {**fill(spec.models, task.vars), **cal.get("args", {})}  # calibrate's: args over models
     out: list[Step] = []
     answers = Path(cal["answers"]) if cal.get("answers") else None
-    if answers is None or not (answers / "summary.json").is_file():
+    if answers is None or not RunFolder(answers).finished():
         if not cal.get("decode_answers"):
             raise UserError(f"{spec.path}: [calibration] needs decode_answers = FOLDER")
         answers = Path(cal["decode_answers"])
@@ -277,7 +278,7 @@ def _calibration(spec, task: Task, routers: list[str], fixed: dict, models: list
         argv = ["calibrate", "--router", router, *(["--checkpoint", *checkpoint] if checkpoint
                                                     else [])]  # fmt: skip
         argv += ["--task", task.name] + (["--limit", str(limit)] if limit is not None else [])
-        argv += ["--records", str(answers / "records.jsonl"), *options(own)]
+        argv += ["--records", str(RunFolder(answers).records_path), *options(own)]
         if task.max_new_tokens:
             argv += ["--max-new-tokens", str(task.max_new_tokens)]
         target = Path(cal["out"]) / f"{router}.json"

@@ -34,7 +34,6 @@ filters and metrics stay lm-eval's):
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -105,8 +104,9 @@ class HybridModel:
             if large_url and large:
                 raise UserError("give large= or large_url=, not both")
             from harness.backends.engine import engine_from_args
+            from harness.backends.model_spec import ModelSpec
 
-            model_args = argparse.Namespace(
+            model_args = ModelSpec(
                 small=small,
                 large=large_url or large,
                 dtype=dtype,
@@ -117,7 +117,7 @@ class HybridModel:
                 small_backend=small_backend,
                 large_backend=large_backend,
                 n_ctx=int(n_ctx) if n_ctx else None,
-                batch=batch,
+                batch=str(batch),
             )
             engine = engine_from_args(model_args)
         self.engine = engine

@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from harness.backends.batch_size import machine_id
+from harness.core.run_folder import RunFolder, is_run
 from harness.evaluation import controls as matched
 from harness.evaluation.experiment import (
     Anchor,
@@ -28,7 +29,6 @@ from harness.evaluation.experiment import (
     Step,
     Verdicts,
 )
-from harness.evaluation.runner import load_records
 from harness.metrics import verdicts
 from harness.metrics.machines import by_machine, session_machines
 from harness.metrics.quality import throughput
@@ -73,27 +73,23 @@ def target(runs: Runs) -> int:
 def holding(folder: Path, published: Path | None) -> Path:
     """`folder`, or its published copy when only that holds the run (working copies of a
     published edition leave the tree; the experiment restores them when it resumes)."""
-    if published is None or (folder / "manifest.json").is_file():
+    if published is None or is_run(folder):
         return folder
-    return published if (published / "manifest.json").is_file() else folder
+    return published if is_run(published) else folder
 
 
 def run_state(folder: Path, want: int, published: Path | None = None) -> RunState:
     """`folder`'s examples done of `want` (or its `published` copy's), from its summary when that
     says it is complete, else from its records; its rate from its manifest's sessions."""
     folder = holding(folder, published)
-    manifest = folder / "manifest.json"
-    m = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    run = RunFolder(folder)
+    m = run.manifest() if run.exists() else {}
     rate = throughput(m)["examples_per_hour"] if m else 0.0
     rate = rate if rate == rate else 0.0  # NaN: no session timed yet
-    summary = folder / "summary.json"
-    if summary.is_file():
-        s = json.loads(summary.read_text())
-        if int(s.get("n") or 0) - int(s.get("n_failed") or 0) >= want:
-            return RunState(folder, want, want, rate)
-    records = folder / "records.jsonl"
-    done = len(load_records(records)) if records.exists() or m else 0
-    return RunState(folder, done, want, rate)
+    s = run.summary()
+    if s is not None and int(s.get("n") or 0) - int(s.get("n_failed") or 0) >= want:
+        return RunState(folder, want, want, rate)
+    return RunState(folder, len(run.done()), want, rate)
 
 
 def run_states(runs: Runs) -> list[RunState]:
@@ -124,7 +120,7 @@ def anchor_folder(folder: Path, n: int, published: Path | None = None) -> Path |
     here = machine_id()
     manifests = {"here": {"sessions": [{"machine": {"id": here}}]}}
     for run in held_runs(folder, published):
-        manifests[run.name] = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+        manifests[run.name] = RunFolder(run).manifest()
     labels = session_machines(manifests)
     mine = labels["here"][0]
     if not any(mine in machines for name, machines in labels.items() if name != "here"):
@@ -393,7 +389,7 @@ def status(step: Step) -> tuple[str, float, int]:
         both = [(r, o) for r, _, o in pairs if o]
         written = sum(step.verdict(r, o).is_file() for r, o in both)
         alone = len(pairs) - len(both)
-        text = f"{written} of {len(both)} matched pairs compared" + (
-            f" ({alone} with no row within {MATCH:g})" if alone else "")  # fmt: skip
+        unmatched = f" ({alone} with no row within {MATCH:g})" if alone else ""
+        text = f"{written} of {len(both)} matched pairs compared{unmatched}"
         return ("done, " if written == len(both) else "") + text, 0.0, 0
     return ("done" if is_done(step) else "to do"), 0.0, 0

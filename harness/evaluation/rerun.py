@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.core.run_folder import RunFolder
 from harness.errors import UserError
 
 
@@ -25,10 +26,8 @@ def recorded_argv(sweep: Path, row: str) -> list[str]:
         raise UserError(f"{sweep} has no row {row!r}; it has {', '.join(sorted(runs))}")
     if runs[row].get("returncode") != 0:
         raise UserError(f"{sweep}/{row} did not finish (return code {runs[row].get('returncode')})")
-    if not (sweep / row / "summary.json").is_file():
-        raise UserError(
-            f"{sweep}/{row} holds no finished run to compare with (summary.json missing)"
-        )
+    if not RunFolder(sweep / row).finished():
+        raise UserError(f"{sweep}/{row} holds no finished run to compare with (no summary)")
     argv = list(runs[row]["argv"])
     return argv[1:] if argv and argv[0] == "run" else argv
 

@@ -1,16 +1,16 @@
 """`hybridbench run`: one router on one task split, crash-safe and resumable.
 
     hybridbench run --task gsm8k --router oracle --limit 5 --out runs/gsm8k-oracle
+    evaluate(RunSpec(task="gsm8k", router="oracle", limit=5, out="runs/gsm8k-oracle"))
 
-The run folder holds
-  manifest.json  - what ran: task, split, router and its arguments, decode settings, models
-                   (source, dtype, device, sizes, sha256), package versions, git commit, machine,
-                   the router's and task's classes with the package versions that provide them
-                   (`plugins`; a resume whose plugin changed version says so on stderr),
-                   and one entry per invocation in `sessions`: batch size (--batch), examples,
-                   emitted tokens and wall seconds (the run's throughput)
-  records.jsonl  - one `ExampleRecord` per line, appended and fsync'ed as each example is scored
-  summary.json   - `harness.metrics.quality.summarize` over the records, written at the end
+The run folder (`harness.core.run_folder`, its one owner) holds the manifest: what ran (task,
+split, router and its arguments, decode settings, models (source, dtype, device, sizes, sha256),
+package versions, git commit, machine, the router's and task's classes with the package versions
+that provide them (`plugins`; a resume whose plugin changed version says so on stderr), and one
+entry per invocation in `sessions`: batch size (--batch), examples, emitted tokens and wall
+seconds (the run's throughput)); the records, one `ExampleRecord` per example, appended and
+fsync'ed as each is scored; the summary (`harness.metrics.quality.summarize`), written at the end.
+One process writes a folder at a time: a second run into it ends at once, naming the first.
 Re-running the same command resumes: scored examples are skipped, failed ones (an `error` field)
 are retried, and a half-written last line from a crash is dropped. Timing fields of the summary
 naturally differ between runs; every other field equals an uninterrupted run's (with --batch > 1
@@ -30,30 +30,9 @@ from pathlib import Path
 
 from harness.backends.engine import backend_kinds, decode_config, engine_from_args
 from harness.core.records import ExampleRecord
+from harness.core.run_folder import RunFolder
 from harness.errors import UserError
-
-# Manifest fields that must match for a folder to be resumed rather than refused.
-IDENTITY = ("task", "task_args", "split", "split_seed", "router", "router_args", "decode",
-            "model_sources")  # fmt: skip
-
-
-def _open_run(out: Path, identity: dict, args, metric: str) -> dict:
-    """Create the folder and manifest, or check that an existing one is the same run."""
-    path = out / "manifest.json"
-    if path.exists():
-        old = json.loads(path.read_text())
-        diff = [k for k in IDENTITY if old.get(k) != identity.get(k)]
-        if diff:
-            raise UserError(
-                f"{out} holds a different run ({', '.join(diff)} differ); use another --out"
-            )
-        return old
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = {**identity, "metric": metric, "limit": args.limit, **environment()}
-    manifest.update(seed=args.seed, temperature=args.temperature, top_p=args.top_p)
-    manifest["max_new_tokens"] = identity["decode"]["max_new_tokens"]
-    _write_json(path, manifest)
-    return manifest
+from harness.evaluation.spec import RunSpec, Summary
 
 
 def decode_examples(
@@ -62,7 +41,7 @@ def decode_examples(
     task,
     examples,
     cfg,
-    path: Path,
+    folder: RunFolder,
     split: str,
     done: dict,
     session=None,
@@ -104,7 +83,7 @@ def decode_examples(
     busy = Contention()  # the CPU other processes take meanwhile (`_clock`)
     start = time.perf_counter()
     try:
-        with path.open("a", encoding="utf-8") as f:
+        with folder.appender() as append:
             for job, gen in generations:
                 ex, error, scores = job.key, "", {}
                 if isinstance(gen, UserError | KeyboardInterrupt):
@@ -128,12 +107,10 @@ def decode_examples(
                     generation=gen.to_json() if gen else {},
                     seconds=gen.seconds + scored_s if gen else 0.0,
                     error=error,
-                ).to_json()
-                f.write(json.dumps(rec) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+                )
+                append(rec)
                 if not error:
-                    done[ex.id] = rec
+                    done[ex.id] = rec.to_json()
                     session["examples"] += 1
                     session["tokens"] += len(gen.token_ids)
                     seconds = reused_seconds(reuse, job, gen) if reuse else None
@@ -199,10 +176,10 @@ def reused_runs(spec: str, router, identity: dict, cfg) -> dict:
         raise UserError(f"--reuse-answers takes SMALL_RUN,LARGE_RUN, got {spec!r}")
     out: dict = {"mode": mode, "runs": {}, "records": {}, "rate": {}}
     for route, folder in zip(("small", "large"), folders, strict=True):
-        path = folder / "manifest.json"
-        if not path.is_file():
-            raise UserError(f"--reuse-answers: {folder} is not a run folder (no manifest.json)")
-        theirs = json.loads(path.read_text())
+        run = RunFolder(folder)
+        if not run.exists():
+            raise UserError(f"--reuse-answers: {folder} is not a run folder (it has no manifest)")
+        theirs = run.manifest()
         if theirs.get("router") != route:
             raise UserError(
                 f"--reuse-answers: {folder} is a {theirs.get('router')} run, not a {route} one"
@@ -214,7 +191,7 @@ def reused_runs(spec: str, router, identity: dict, cfg) -> dict:
         if not rate > 0:
             raise UserError(f"--reuse-answers: {folder} has no measured throughput")
         out["runs"][route] = str(folder)
-        out["records"][route] = load_records(folder / "records.jsonl")
+        out["records"][route] = run.done()
         out["rate"][route] = rate
     return out
 
@@ -258,58 +235,13 @@ def _progress(records, metric: str) -> str:
     return f"{metric}={acc:.3f} large_share={large / emitted if emitted else float('nan'):.3f}"
 
 
-def load_records(path: Path, repair: bool = False) -> dict[str, dict]:
-    """example_id -> last successful record. With `repair`, rewrite the file without failed
-    records, duplicates and a half-written last line, so a resumed file has one line per example."""
-    good = {r["example_id"]: r for r in all_lines(path) if not r.get("error")}
-    if repair:
-        write_records(path, good.values())
-    return good
-
-
-def write_records(path: Path, records) -> None:
-    """Replace the records file with `records`, one JSON line each, atomically."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def write_summary(out: Path, records: list[dict], manifest: dict) -> dict:
+def write_summary(folder: RunFolder, records: list[dict], manifest: dict) -> dict:
+    """Summarize `records` (this invocation's examples) with the folder's failed ones."""
     from harness.metrics.quality import summarize
 
-    failed = [r for r in all_lines(out / "records.jsonl") if r.get("error")]
-    summary = summarize(records + failed, manifest)
-    _write_json(out / "summary.json", summary)
+    summary = summarize(records + folder.failed(), manifest)
+    folder.write_summary(summary)
     return summary
-
-
-def all_lines(path: Path) -> list[dict]:
-    """Every parseable line; a line cut by a crash is skipped (its example is decoded again).
-    A run folder's records.jsonl.gz is read when its records.jsonl is missing (published runs)."""
-    from harness.core.records import read_lines, records_path
-
-    if not path.exists() and path.name == "records.jsonl":
-        path = records_path(path.parent) or path
-    rows = []
-    for line in read_lines(path) if path.exists() else []:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return rows
-
-
-# The fields a one-line or one-row summary of a run shows.
-HEADLINE = (
-    "quality",
-    "quality_ci_low",
-    "quality_ci_high",
-    "large_token_share",
-    "large_call_share",
-    "tok_per_s",
-    "throughput_tok_per_s",
-    "batch",
-)
 
 
 def _done_text(done: dict, examples: list) -> str:
@@ -318,33 +250,6 @@ def _done_text(done: dict, examples: list) -> str:
     return f"{n} of {len(examples)} examples done" + (
         f", {len(examples) - n} to decode" if n < len(examples) else ""
     )
-
-
-def _summary_text(s: dict) -> str:
-    keys = ("n", "n_failed", *HEADLINE)
-    return "  ".join(
-        f"{k}={s[k]:.4g}" if isinstance(s.get(k), float) else f"{k}={s.get(k)}"
-        for k in keys
-        if k in s
-    )
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    """Atomic: a crash leaves the old file or the new one, never half of one. NaN is written as
-    null so strict JSON readers accept the file."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(_nan_to_none(obj), indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
-
-
-def _nan_to_none(obj):
-    if isinstance(obj, float) and obj != obj:
-        return None
-    if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_nan_to_none(v) for v in obj]
-    return obj
 
 
 def environment() -> dict:
@@ -395,63 +300,96 @@ def machine() -> dict:
     }
 
 
-def evaluate(args, engine=None) -> int:
-    """`hybridbench run`; `engine`: an already loaded pair to decode with (the demo shares one
-    across its runs), else the pair named in args is loaded."""
-    from harness.core.registry import changes
-    from routers import get_router, parse_args, router_entry
-    from tasks import get_task, task_entry
+def load_engine(spec: RunSpec, router=None):
+    """The pair `spec` names, loaded (with the models its router brings: the reward model of
+    `reward`), to decode several runs with: `evaluate(spec, engine)`."""
+    from routers import get_router
 
-    task_args = parse_args(args.task_arg)
-    task = get_task(args.task, **task_args)
-    router_args = parse_args(args.router_arg)
-    router = get_router(args.router, router_args)
-    if args.limit is not None and args.limit < 0:
-        raise UserError(f"--limit must be >= 0, got {args.limit}")
-    cfg = decode_config(args, stop=tuple(task.stop))
-    if args.max_new_tokens is None:
+    router = router if router is not None else get_router(spec.router, spec.router_args)
+    return engine_from_args(spec, router)
+
+
+def evaluate(spec: RunSpec, engine=None) -> Summary:
+    """`hybridbench run` of `spec`: open or resume its folder (its lock held), decode what is
+    left, score, summarize; print the summary line. `engine`: an already loaded pair to decode
+    with (the demo shares one across its runs), else the pair the spec names is loaded."""
+    from routers import get_router
+    from tasks import get_task
+
+    task_args = dict(spec.task_args)
+    task = get_task(spec.task, **task_args)
+    router_args = dict(spec.router_args)
+    router = get_router(spec.router, router_args)
+    cfg = decode_config(spec, stop=tuple(task.stop))  # a spec's fields are the options'
+    if spec.max_new_tokens is None:
         cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
-    examples = task.split(args.split, seed=args.split_seed)[: args.limit]
+    examples = task.split(spec.split, seed=spec.split_seed)[: spec.limit]
     from tasks.base import check_disjoint
 
     check_disjoint(
-        set(router.used_example_ids()), [ex.id for ex in examples], f"router {args.router}"
+        set(router.used_example_ids()), [ex.id for ex in examples], f"router {spec.router}"
     )
     identity = {
         "task": task.name,
         "task_args": task_args,
-        "split": args.split,
-        "split_seed": args.split_seed,
-        "router": args.router,
+        "split": spec.split,
+        "split_seed": spec.split_seed,
+        "router": spec.router,
         "router_args": {**router.describe(), **router_args},
         "decode": {k: v for k, v in cfg.__dict__.items() if k != "eos_ids"},
         "model_sources": {
-            "small": args.small or "default",
-            "large": args.large or "default",
-            "dtype": args.dtype,
-            "backends": backend_kinds(args),
+            "small": spec.small or "default",
+            "large": spec.large or "default",
+            "dtype": spec.dtype,
+            "backends": backend_kinds(spec),
         },
     }
     identity = json.loads(json.dumps(identity))  # compare as stored: tuples become lists
-    out = Path(args.out)
-    manifest = _open_run(out, identity, args, task.metric)
+    out = Path(spec.out)
+    folder = RunFolder(out)
+    with folder.lock():
+        return _run(folder, identity, spec, task, router, examples, cfg, engine)
+
+
+def _run(
+    folder: RunFolder, identity: dict, spec: RunSpec, task, router, examples, cfg, engine
+) -> Summary:
+    """Open or resume the run in `folder` (its lock held), decode what is left, summarize."""
+    from harness.core.registry import changes
+    from routers import router_entry
+    from tasks import task_entry
+
+    out = folder.path
+    manifest = folder.start(
+        identity,
+        lambda: {
+            "metric": task.metric,
+            **environment(),
+            "seed": spec.seed,
+            "temperature": spec.temperature,
+            "top_p": spec.top_p,
+            "max_new_tokens": identity["decode"]["max_new_tokens"],
+        },
+    )
     # the resolved classes and the versions that provide them; a resumed run says what changed
-    plugins = {"router": router_entry(args.router).provenance(),
-               "task": task_entry(args.task).provenance()}  # fmt: skip
+    plugins = {
+        "router": router_entry(spec.router).provenance(),
+        "task": task_entry(spec.task).provenance(),
+    }
     if note := changes(manifest.get("plugins"), plugins):
         print(note, file=sys.stderr)
     manifest["plugins"] = plugins
-    manifest["limit"] = args.limit  # what this invocation asks for (the summary covers it)
+    manifest["limit"] = spec.limit  # what this invocation asks for (the summary covers it)
     trained = list(router.trained_on())
     manifest["router_trained_on"] = trained  # transfer: a learned router run on another task
     manifest["transfer"] = bool(trained) and task.name not in trained
-    done = load_records(out / "records.jsonl", repair=True)
+    done = folder.repair()
     todo = [ex for ex in examples if ex.id not in done]
-    reuse = reused_runs(args.reuse_answers, router, identity, cfg) if args.reuse_answers else None
+    reuse = reused_runs(spec.reuse_answers, router, identity, cfg) if spec.reuse_answers else None
     print(f"{out}: {_done_text(done, examples)}", file=sys.stderr)
-    _write_json(out / "manifest.json", manifest)  # this invocation's --limit, also when all done
+    folder.write_manifest(manifest)  # this invocation's --limit, also when all done
     if todo:
-        engine = engine if engine is not None else engine_from_args(args, router)
+        engine = engine if engine is not None else engine_from_args(spec, router)
         manifest["models"] = engine.model_infos()
         session = {
             "batch": engine.batch,
@@ -468,7 +406,7 @@ def evaluate(args, engine=None) -> int:
 
             session["pass_costs"] = pass_cost_record(engine)
         manifest.setdefault("sessions", []).append(session)
-        _write_json(out / "manifest.json", manifest)
+        folder.write_manifest(manifest)
         try:
             decode_examples(
                 engine,
@@ -476,22 +414,22 @@ def evaluate(args, engine=None) -> int:
                 task,
                 todo,
                 cfg,
-                out / "records.jsonl",
-                args.split,
+                folder,
+                spec.split,
                 done,
                 session,
                 reuse,
-                on_progress=lambda: _write_json(out / "manifest.json", manifest),
+                on_progress=lambda: folder.write_manifest(manifest),
             )
         except KeyboardInterrupt:
             # count what is on disk: the interrupt may fall between a record and its bookkeeping
-            on_disk = load_records(out / "records.jsonl")
-            print(f"{out}: stopped, {_done_text(on_disk, examples)}; the same command resumes",
-                  file=sys.stderr)  # fmt: skip
+            on_disk = folder.done()
+            stopped = f"{out}: stopped, {_done_text(on_disk, examples)}; the same command resumes"
+            print(stopped, file=sys.stderr)
             raise
         finally:  # the session's throughput is kept even when it is interrupted
-            _write_json(out / "manifest.json", manifest)
+            folder.write_manifest(manifest)
     records = [done[ex.id] for ex in examples if ex.id in done]
-    summary = write_summary(out, records, manifest)
-    print(_summary_text(summary))
-    return 0 if summary.get("n_failed", 0) == 0 else 1
+    summary = Summary(out, write_summary(folder, records, manifest))
+    print(summary.line())
+    return summary

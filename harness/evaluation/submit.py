@@ -28,7 +28,6 @@ command continues an interrupted submission.
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import math
@@ -42,12 +41,14 @@ from pathlib import Path
 from harness.backends.batch_size import machine_id
 from harness.backends.engine import backend_kinds, decode_config, engine_from_args
 from harness.core.loop import DecodeConfig
+from harness.core.run_folder import RunFolder
 from harness.errors import UserError
 from harness.evaluation.runner import evaluate
+from harness.evaluation.spec import DECODE_FIELDS, MODEL_FIELDS, RunSpec
 from harness.evaluation.sweep import router_settings, setting_name
 from harness.metrics import verdicts
 from reports import load_runs, write_report
-from reports.load import read_records, run_dirs
+from reports.load import run_dirs
 from reports.render import html_table, md_table
 from reports.tables import ENDS, Table, control_of
 from reports.text import COMPARISON_HEADER, MATCH, comparison_cells, nearest_share, quality_cell
@@ -59,7 +60,7 @@ NEW = "submitted-"  # prefix of the new run folders on the board
 NOT_RIVALS = ("small", "large", "random", "random_query", "oracle", "speculative")  # see below
 # Calibrates a score router: `harness.training.calibrate.calibrate(args, engine)`, handed in by
 # the command line (training sits above evaluation).
-Calibrate = Callable[[argparse.Namespace, object], int]
+Calibrate = Callable[[RunSpec, str | None, object], int]
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Edition:
 def read_edition(folder: str | Path) -> Edition:
     """The edition of a published task folder; one error line when it is none."""
     folder = Path(folder)
-    manifests = {d: json.loads((d / "manifest.json").read_text()) for d in run_dirs(folder)}
+    manifests = {d: RunFolder(d).manifest() for d in run_dirs(folder)}
     large = [d for d, m in manifests.items() if m.get("router") == "large"]
     if not large:
         raise UserError(f"{folder} is not a published task folder: it has no large-only run")
@@ -101,7 +102,7 @@ def read_edition(folder: str | Path) -> Edition:
     shares = {s for s, rs in routers.items() if len(rs) > 1} or set(routers)
     if not shares:
         raise UserError(f"{folder}: no row of it ran at a target share (target_share=)")
-    ids = tuple(sorted(r["example_id"] for r in read_records(large[0]) if not r.get("error")))
+    ids = tuple(sorted(RunFolder(large[0]).done()))
     models = {role: {k: (m.get("models") or {}).get(role, {}).get(k, "")
                      for k in ("source", "sha256", "backend")}
               for role in ("small", "large")}  # fmt: skip
@@ -117,13 +118,14 @@ def _differ(what: str, here, there) -> UserError:
                      "its rows could not be paired with this submission's")  # fmt: skip
 
 
-def check_request(ed: Edition, args, task) -> None:
-    """Refuse, before loading a model, what cannot match: task, split, examples, decoding,
-    backends (and the dtype of a transformers model)."""
-    if args.task and args.task not in (ed.task, ed.task_ref):
-        raise _differ("the task", args.task, ed.task)
-    if args.split and args.split != ed.split:
-        raise _differ("the split", args.split, ed.split)
+def check_request(ed: Edition, spec: RunSpec, task, asked: tuple[str | None, str | None]) -> None:
+    """Refuse, before loading a model, what cannot match: the task and split `asked` (None: the
+    edition's), examples, decoding, backends (and the dtype of a transformers model)."""
+    asked_task, asked_split = asked
+    if asked_task and asked_task not in (ed.task, ed.task_ref):
+        raise _differ("the task", asked_task, ed.task)
+    if asked_split and asked_split != ed.split:
+        raise _differ("the split", asked_split, ed.split)
     here = sorted(ex.id for ex in task.split(ed.split, seed=ed.split_seed)[: len(ed.example_ids)])
     if tuple(here) != ed.example_ids:
         odd = sorted(set(ed.example_ids) ^ set(here))
@@ -131,19 +133,19 @@ def check_request(ed: Edition, args, task) -> None:
             f"task {ed.task}'s first {len(ed.example_ids)} {ed.split} examples here are not the "
             f"edition's (e.g. {odd[0] if odd else '?'}): its data or split differ"
         )
-    decode = asdict(decode_config(args, stop=tuple(task.stop)))
+    decode = asdict(decode_config(spec, stop=tuple(task.stop)))
     decode.pop("eos_ids", None)
     # a field the edition predates counts as its default (the decoding the edition ran)
     there = {**{f.name: f.default for f in fields(DecodeConfig)}, **ed.decode}
     for key in sorted(decode):
         if json.dumps(decode[key]) != json.dumps(there.get(key)):
             raise _differ(f"decoding ({key})", decode[key], there.get(key))
-    kinds = backend_kinds(args)
+    kinds = backend_kinds(spec)
     for role in ("small", "large"):
         if ed.backends.get(role) and kinds[role] != ed.backends[role]:
             raise _differ(f"{role}'s backend", kinds[role], ed.backends[role])
-    if "hf" in kinds.values() and ed.dtype and args.dtype != ed.dtype:
-        raise _differ("the dtype of the transformers models", args.dtype, ed.dtype)
+    if "hf" in kinds.values() and ed.dtype and spec.dtype != ed.dtype:
+        raise _differ("the dtype of the transformers models", spec.dtype, ed.dtype)
 
 
 def check_models(ed: Edition, engine) -> list[str]:
@@ -163,12 +165,6 @@ def check_models(ed: Edition, engine) -> list[str]:
     return notes
 
 
-def _kv(key: str, value) -> str:
-    """key=value as `routers.parse_args` reads it back to the same value."""
-    text = str(value).lower() if isinstance(value, bool) else repr(value)
-    return f"{key}={text if not isinstance(value, str) else value}"
-
-
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._=+-" else "-" for c in name)
 
@@ -176,19 +172,11 @@ def _safe(name: str) -> str:
 class Submission:
     """One submission's folder and the runs it makes (see the module docstring)."""
 
-    def __init__(self, args, ed: Edition, engine, calibrate: Calibrate):
+    def __init__(self, args, base: RunSpec, ed: Edition, engine, calibrate: Calibrate):
         self.args, self.ed, self.engine, self.calibrate = args, ed, engine, calibrate
+        self.base = base  # every run's: the edition's task, split and decoding, these models
         self.out = Path(args.out)
         self.cls = router_class(args.router)
-
-    def namespace(self, **fields) -> argparse.Namespace:
-        """The submit command's arguments with the edition's task, split and decoding set."""
-        base = {**vars(self.args), "task": self.ed.task_ref, "split": self.ed.split,
-                "split_seed": self.ed.split_seed, "reuse_answers": None,
-                "task_arg": [_kv(k, v) for k, v in self.ed.task_args.items()],
-                **{k: self.ed.decode[k] for k in ("temperature", "top_p", "seed",
-                                                  "max_new_tokens")}}  # fmt: skip
-        return argparse.Namespace(**{**base, **fields})
 
     def calibration(self, fixed: dict) -> dict:
         """A score router's fixed arguments with its calibration file (made once, on calib)."""
@@ -204,10 +192,10 @@ class Submission:
                 raise UserError(f"{path} calibrates another router or setting; use another --out")
             print(f"{path}: reused", file=sys.stderr)
         else:
-            args = self.namespace(out=str(path), limit=self.args.calib_limit, split="calib",
-                                  records=self.args.calib_records, checkpoint=None,
-                                  router_arg=[_kv(k, v) for k, v in fixed.items()])  # fmt: skip
-            self.calibrate(args, self.engine)
+            spec = self.base.with_(
+                out=path, limit=self.args.calib_limit, split="calib", router_args=fixed
+            )
+            self.calibrate(spec, self.args.calib_records, self.engine)
         return {**fixed, "calibration": _recorded(path)}
 
     def run(self, router: str, router_args: dict, folder: Path, limit: int) -> Path:
@@ -216,11 +204,12 @@ class Submission:
         for role, backend in built.backends(self.engine).items():  # e.g. a reward model
             if role not in self.engine.backends:
                 self.engine.add(role, backend)
-        args = self.namespace(router=router, limit=limit, out=str(folder),
-                              router_arg=[_kv(k, v) for k, v in router_args.items()])  # fmt: skip
-        if evaluate(args, engine=self.engine) != 0:
-            raise UserError(f"{folder}: some examples failed (see its records.jsonl); run the "
-                            "same command again to retry them")  # fmt: skip
+        spec = self.base.with_(router=router, router_args=router_args, limit=limit, out=folder)
+        if evaluate(spec, engine=self.engine).n_failed:
+            raise UserError(
+                f"{folder}: some examples failed (see its records); run the same command again "
+                "to retry them"
+            )
         return folder
 
     def rows(self) -> list[Path]:
@@ -237,7 +226,7 @@ class Submission:
     def controls(self, rows: list[Path]) -> list[Path]:
         """Matched controls where neither the edition nor an earlier control has one within
         MATCH of a row's share: p aimed at the row's share, aimed again once if it missed."""
-        query = json.loads((rows[0] / "summary.json").read_text()).get("query_large_share")
+        query = (RunFolder(rows[0]).summary() or {}).get("query_large_share")
         control = "random" if query is None else "random_query"  # a query router's: per prompt
         edition = load_runs(self.ed.folder)
         pool = list(edition.loc[edition["router"].isin([control, *ENDS]), "large_token_share"])
@@ -288,8 +277,7 @@ def _link(target: Path, link: Path) -> None:
 
 
 def _share(folder: Path) -> float:
-    summary = json.loads((folder / "summary.json").read_text())
-    share = summary.get("large_token_share")
+    share = (RunFolder(folder).summary() or {}).get("large_token_share")
     return math.nan if share is None else float(share)
 
 
@@ -297,17 +285,25 @@ def submit(args, calibrate: Calibrate) -> int:
     """`hybridbench submit` (see the module docstring)."""
     ed = read_edition(args.edition)
     task = get_task(ed.task_ref, **ed.task_args)
-    probe = argparse.Namespace(**{**vars(args), **{k: ed.decode[k] if getattr(args, k) is None
-                                                   else getattr(args, k) for k in
-                                                   ("temperature", "top_p", "seed",
-                                                    "max_new_tokens")}})  # fmt: skip
-    check_request(ed, probe, task)
+    asked = {k: getattr(args, k) for k in DECODE_FIELDS}
+    decode = {k: ed.decode[k] if v is None else v for k, v in asked.items()}
+    base = RunSpec(
+        task=ed.task_ref,
+        router=args.router,
+        out=args.out,
+        task_args=ed.task_args,
+        split=ed.split,
+        split_seed=ed.split_seed,
+        **decode,
+        **{k: getattr(args, k) for k in MODEL_FIELDS},
+    )
+    check_request(ed, base, task, (args.task, args.split))
     router_class(args.router)  # an unknown or broken router: refused before loading models
-    engine = engine_from_args(probe)
+    engine = engine_from_args(base)
     notes = check_models(ed, engine)
     for line in notes:
         print(f"note: {line}", file=sys.stderr)
-    sub = Submission(probe, ed, engine, calibrate)
+    sub = Submission(args, base, ed, engine, calibrate)
     rows = sub.rows()
     controls = sub.controls(rows)
     anchor = sub.anchor()
@@ -378,7 +374,7 @@ def verdict_tables(board: Path, router: str) -> list[Table]:
     rivals = published[~published["router"].isin(NOT_RIVALS)]
     if "transfer" in rivals:  # routers trained on another task: listed apart in the edition
         rivals = rivals[~rivals["transfer"].fillna(False).astype(bool)]
-    records = {p: read_records(p) for p in df["path"]}
+    records = {p: RunFolder(p).lines() for p in df["path"]}
     tested: dict[tuple[str, str], verdicts.Comparison] = {}
 
     def test(r, other) -> tuple[str, str]:  # its key in `tested`; compared once

@@ -19,7 +19,7 @@ every setting of ROUTER (a checkpoint, a calibration file); one that names a swe
 (`entropy:threshold=1.0`) pins it, and that router runs once, at that value.
 
 Resumable. OUT/sweep.json keeps each run's `run` command line and status. A run whose identical
-command line finished before (and whose summary.json exists) is skipped; any other run is handed to
+command line finished before (and left its summary) is skipped; any other run is handed to
 the runner, which itself resumes per example. A failed run is listed at the end and the sweep exits
 with status 1; the other runs still complete.
 
@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.core.run_folder import RunFolder, folder_lock
 from harness.errors import UserError
 
 STATE = "sweep.json"  # the sweep's own record of runs, beside the run folders
@@ -109,7 +110,7 @@ def plan(args, out: Path, passed_on: list[str] = ()) -> list[Job]:
         raise UserError("--routers is empty")
     targets = parse_targets(args.targets)
     fixed = fixed_router_args(args.router_arg, routers)
-    jobs, names = [], set()
+    jobs, names = [], {}  # run folder -> the router arguments decoded into it
     for router in routers:
         settings = router_settings(router, targets, fixed[router])
         pinned = {k: v for k, v in fixed[router].items() if any(k in s for s in settings)}
@@ -120,9 +121,14 @@ def plan(args, out: Path, passed_on: list[str] = ()) -> list[Job]:
             # a wrong argument fails here, not in run 7 of 20
             reuses = reuse_mode(get_router(router, router_args))
             name = f"{router}__{setting_name(setting)}"
-            if name in names:
-                continue  # a repeated target gives the same run
-            names.add(name)
+            if name in names:  # a repeated target gives the same run; two runs never one folder
+                if names[name] != router_args:
+                    raise UserError(
+                        f"{router}: settings {names[name]} and {router_args} would share the run "
+                        f"folder {name}; give settings that differ in their names"
+                    )
+                continue
+            names[name] = router_args
             argv = run_argv(args, router, router_args, out / name, list(passed_on))
             if reuses and getattr(args, "reuse_answers", None):
                 folders = [str(Path(f.strip()).resolve()) for f in args.reuse_answers.split(",")]
@@ -233,7 +239,7 @@ def _finished(state: dict, job: Job, out: Path) -> bool:
     return (
         old.get("returncode") == 0
         and old.get("argv") == list(job.argv)
-        and (out / job.name / "summary.json").is_file()
+        and RunFolder(out / job.name).finished()
     )
 
 
@@ -309,7 +315,11 @@ def sweep(args, run_job: RunJob, passed_on: list[str]) -> int:
         raise UserError(f"--ray-cpus must be > 0, got {args.ray_cpus}")
     out = Path(args.out).resolve()
     jobs = plan(args, out, passed_on)
-    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out):  # one sweep per folder (each run holds its own folder's lock too)
+        return _sweep(args, jobs, out, run_job)
+
+
+def _sweep(args, jobs: list[Job], out: Path, run_job: RunJob) -> int:
     state = _read_state(out)
     todo = [j for j in jobs if not _finished(state, j, out)]
     outcomes = [Outcome(j.name, -1, 0.0, "") for j in jobs if j not in todo]

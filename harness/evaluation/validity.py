@@ -22,10 +22,9 @@ that is still going. Columns:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from harness.evaluation.runner import load_records
+from harness.core.run_folder import RunFolder, runs_below
 from harness.metrics.quality import n_emitted, ok_records, quality, quality_ci
 
 # Qwen2.5-Coder technical report (arXiv 2409.12186), instruct models, EvalPlus base tests, pass@1.
@@ -39,11 +38,8 @@ DEFAULT_MODELS = {"small": "qwen2.5-coder-0.5b-instruct", "large": "qwen2.5-code
 
 
 def run_folders(paths: list[str]) -> list[Path]:
-    """Every folder holding a manifest.json at or below `paths`, sorted."""
-    found = set()
-    for p in map(Path, paths):
-        found |= {m.parent for m in p.rglob("manifest.json")} if p.is_dir() else set()
-    return sorted(found)
+    """Every run folder at or below `paths`, sorted."""
+    return runs_below(paths)
 
 
 def model_of(manifest: dict) -> str:
@@ -63,8 +59,9 @@ def run_name(folder: Path, task: str) -> str:
 
 def validity(folder: Path) -> dict:
     """One row of the table for the run in `folder`."""
-    manifest = json.loads((folder / "manifest.json").read_text())
-    records = ok_records(list(load_records(folder / "records.jsonl").values()))
+    run = RunFolder(folder)
+    manifest = run.manifest()
+    records = ok_records(list(run.done().values()))
     metric, n = manifest["metric"], len(records)
     tokens = [n_emitted(r) for r in records]
     extracted = [r["scores"]["extracted"] for r in records if "extracted" in r["scores"]]

@@ -2,7 +2,7 @@
 
     hybridbench compare runs/main-oracle runs/pr-oracle --max-slowdown 1.25
 
-Both folders are `hybridbench run` outputs (manifest.json + records.jsonl); only files are read,
+Both folders are `hybridbench run` outputs (read by `harness.core.run_folder`); only files are read,
 no model is loaded. Exit status 1 when a regression is flagged, 0 when none, 2 on a user error.
 
 Rules (every number printed comes from `harness.metrics.quality`):
@@ -26,25 +26,13 @@ Rules (every number printed comes from `harness.metrics.quality`):
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from harness.core.records import read_lines, records_path
+from harness.core.run_folder import Run
 from harness.errors import UserError
 from harness.metrics import quality as metrics
 from harness.metrics.verdicts import N_BOOT, SEED, compare_records
-
-
-@dataclass(frozen=True)
-class Run:
-    """What compare reads from one run folder."""
-
-    path: Path  # the run folder
-    manifest: dict  # manifest.json
-    records: list[dict]  # last non-failed record per example id, in file order
-    n_failed: int  # example ids whose last record failed
 
 
 @dataclass(frozen=True)
@@ -71,28 +59,6 @@ class Verdict:
     failed_old: int
     failed_new: int
     flags: tuple[str, ...]  # one line per regression; empty when none
-
-
-def load_run(path: str | Path) -> Run:
-    """Read a run folder; a missing or unreadable manifest/records file is a UserError."""
-    path = Path(path)
-    manifest_path, records = path / "manifest.json", records_path(path)
-    for p in (manifest_path, records or path / "records.jsonl"):
-        if not p.is_file():
-            raise UserError(f"{path} is not a run folder: {p.name} not found")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise UserError(f"{manifest_path}: bad JSON ({e})") from None
-    last: dict[str, dict] = {}
-    for line in read_lines(records):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a crash, as the runner treats it
-        last[rec["example_id"]] = rec
-    ok = [r for r in last.values() if not r.get("error")]
-    return Run(path, manifest, ok, len(last) - len(ok))
 
 
 def compare(
@@ -133,10 +99,27 @@ def compare(
     if new.n_failed > old.n_failed:
         flags.append(f"failures: {old.n_failed} -> {new.n_failed} failed examples")
     return Verdict(
-        metric, n_pairs, q_old, q_new, old_ci, diff_ci, paired.diff, paired.test, paired.p,
-        None if paired.a_only is None else (paired.a_only, paired.b_only), paired.verdict,
-        n_boot, SEED, tps_old, tps_new, slowdown, same, old.n_failed, new.n_failed, tuple(flags),
-    )  # fmt: skip
+        metric=metric,
+        n_paired=n_pairs,
+        quality_old=q_old,
+        quality_new=q_new,
+        quality_old_ci=old_ci,
+        diff_ci=diff_ci,
+        diff=paired.diff,
+        test=paired.test,
+        p=paired.p,
+        discordant=None if paired.a_only is None else (paired.a_only, paired.b_only),
+        verdict=paired.verdict,
+        n_boot=n_boot,
+        seed=SEED,
+        tok_per_s_old=tps_old,
+        tok_per_s_new=tps_new,
+        slowdown=slowdown,
+        same_machine=same,
+        failed_old=old.n_failed,
+        failed_new=new.n_failed,
+        flags=tuple(flags),
+    )
 
 
 def machines_differ(old: Run, new: Run) -> bool:
@@ -176,8 +159,8 @@ def report(old: Run, new: Run, v: Verdict) -> str:
     ]
     if not v.same_machine:
         m_old, m_new = old.manifest.get("machine") or {}, new.manifest.get("machine") or {}
-        lines.append(f"note: different machines, speeds are not comparable (no speed flag): "
-                     f"{m_old} vs {m_new}")  # fmt: skip
+        note = "note: different machines, speeds are not comparable (no speed flag)"
+        lines.append(f"{note}: {m_old} vs {m_new}")
     b_old, b_new = (metrics.throughput(r.manifest)["batch"] for r in (old, new))
     if b_old != b_new:
         lines.append(f"note: batch {b_old:g} vs {b_new:g}: throughputs are not comparable")

@@ -110,9 +110,9 @@ def small_answers(engine, examples, cfg, records: str | None) -> dict:
     from routers.baselines import SmallOnly
 
     if records:
-        from harness.evaluation.runner import load_records
+        from harness.core.run_folder import records_in
 
-        recs = load_records(Path(records))
+        recs = records_in(records)
         missing = [ex.id for ex in examples if ex.id not in recs]
         if missing:
             raise UserError(f"{records} lacks {len(missing)} of the examples, e.g. {missing[0]}")

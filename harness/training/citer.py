@@ -242,13 +242,13 @@ def _decode(engine, router, task, examples, max_new_tokens, cache: Path | None =
 
 
 def _read_trajectories(paths: str) -> dict:
-    """example id -> token ids from runners' records.jsonl files, comma-separated (small-only
-    runs: one over train, one over calib)."""
-    from harness.evaluation.runner import load_records
+    """example id -> token ids from runs' records files (or run folders), comma-separated
+    (small-only runs: one over train, one over calib)."""
+    from harness.core.run_folder import records_in
 
     out = {}
     for path in (p.strip() for p in paths.split(",") if p.strip()):
-        recs = load_records(Path(path))
+        recs = records_in(path)
         if not recs:
             raise UserError(f"{path} holds no records")
         out |= {k: r["generation"]["token_ids"] for k, r in recs.items()}

@@ -19,8 +19,10 @@ import json
 import math
 from pathlib import Path
 
+from harness.core.run_folder import finished_runs
 from harness.files import load_torch_file
 from harness.training.common import COST_LOG, total_cost
+from harness.training.reward_data import DATA_MANIFEST
 
 HEADER = ("folder", "command", "examples", "invocations", "wall hours", "CPU hours",
           "tokens generated")  # fmt: skip
@@ -38,10 +40,10 @@ def examples(folder: Path) -> str:
     if (folder / "stats.json").is_file() and (folder / "rollouts.jsonl").is_file():
         s = json.loads((folder / "stats.json").read_text())  # r2r-labels
         return f"{s['examples']} train examples, {s['rolled_out']} divergences rolled out"
-    if (folder / "manifest.json").is_file() and any(
+    if (folder / DATA_MANIFEST).is_file() and any(
         (folder / name).is_file() for name in ("pairs.jsonl", "pairs.jsonl.gz")
     ):
-        m = json.loads((folder / "manifest.json").read_text())
+        m = json.loads((folder / DATA_MANIFEST).read_text())
         return f"{m['prompts']} prompts ({', '.join(m['tasks'])})"
     for name in CHECKPOINTS:
         if (folder / name).is_file():
@@ -64,11 +66,11 @@ def rows(root: Path) -> list[tuple[str, ...]]:
         out.append((str(folder.relative_to(root)) or ".", ", ".join(commands), examples(folder),
                     str(c["invocations"]), f"{c['wall_s'] / 3600:.2f}", cpu,
                     f"{c['tokens_generated']:,}"))  # fmt: skip
-    for summary in sorted(root.rglob("summary.json")):
-        s = json.loads(summary.read_text())
+    for run in finished_runs(root):
+        s = run.summary()
         n, per_hour = s.get("n") or 0, s.get("examples_per_hour") or math.nan
         tokens = round((s.get("tokens_per_example") or 0) * n)
-        out.append((str(summary.parent.relative_to(root)), f"run ({s.get('router')}, "
+        out.append((str(run.path.relative_to(root)), f"run ({s.get('router')}, "
                     f"{s.get('split')})", f"{n} {s.get('task')} examples", "—",
                     f"{n / per_hour:.2f}" if per_hour == per_hour else "—", "—",
                     f"{tokens:,}"))  # fmt: skip

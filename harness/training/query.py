@@ -113,9 +113,9 @@ def _fit(x, y, lam: float):
 
 
 def _labels_from_records(path, train, task) -> dict:
-    from harness.evaluation.runner import load_records
+    from harness.core.run_folder import records_in
 
-    recs = load_records(Path(path))
+    recs = records_in(path)
     missing = [ex.id for ex in train if ex.id not in recs]
     if missing:
         raise UserError(f"{path} lacks {len(missing)} of the examples, e.g. {missing[0]}")

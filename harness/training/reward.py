@@ -43,6 +43,7 @@ import torch
 
 from harness.errors import UserError
 from harness.training.common import nothing_to_do
+from harness.training.reward_data import DATA_MANIFEST
 from harness.training.reward_heads import (
     HEAD_DEFAULTS,
     Pairs,
@@ -152,7 +153,7 @@ def _inputs(args) -> tuple[list[dict], str, dict]:
         raise UserError(f"--holdout must be in (0, 1), got {args.holdout}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    manifest = json.loads((data / "manifest.json").read_text())
+    manifest = json.loads((data / DATA_MANIFEST).read_text())
     source = args.backbone or manifest["model_sources"].get("small") or models.DEFAULT_SMALL
     if not Path(source).expanduser().exists() and source not in models.PACKAGED:
         raise UserError(f"backbone {source!r} is neither a packaged model nor a folder")

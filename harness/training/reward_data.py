@@ -43,6 +43,8 @@ from harness.backends.engine import engine_from_args
 from harness.errors import UserError
 from harness.training.common import nothing_to_do
 
+DATA_MANIFEST = "manifest.json"  # a reward data folder's manifest (not a run folder's)
+
 DEFAULT_TASKS = ("gsm8k", "mbpp", "mmlu", "arc_challenge", "commonsense_qa")
 
 
@@ -249,7 +251,7 @@ def _range(text: str) -> tuple[float, float]:
 
 
 def _open(out: Path, manifest: dict) -> None:
-    path = out / "manifest.json"
+    path = out / DATA_MANIFEST
     if path.exists():
         old = json.loads(path.read_text())
         diff = [k for k in manifest if old.get(k) != manifest[k]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from routers.score import ScoreRouter
+from hybridbench import ScoreRouter
 
 
 class MarginRouter(ScoreRouter):

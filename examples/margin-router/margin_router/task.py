@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.jsonl import JSONLTask
+from hybridbench import JSONLTask
 
 DATA = Path(__file__).parent / "data" / "arith.jsonl"
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
