@@ -60,9 +60,20 @@ from reports.text import (
 )
 
 __all__ = [  # also what other modules import from here
-    "CONTROLS", "CONTROL_ROUTERS", "EMPTY", "ENDS", "GOAL_SHARE", "MATCH", "UNCOMPARED", "Table",
-    "control_of", "device_tables", "quality_cell", "router_metrics", "write_report",
-]  # fmt: skip
+    "CONTROLS",
+    "CONTROL_ROUTERS",
+    "EMPTY",
+    "ENDS",
+    "GOAL_SHARE",
+    "MATCH",
+    "UNCOMPARED",
+    "Table",
+    "control_of",
+    "device_tables",
+    "quality_cell",
+    "router_metrics",
+    "write_report",
+]
 MAIN_PLOT = "quality_vs_share"
 MORE_PLOTS = ("quality_vs_call_share", "share_vs_setting", "bytes_per_model")
 SPEED_PLOTS = ("throughput_vs_setting",)
@@ -114,16 +125,25 @@ def summarize_task(task: TaskRuns, facts: dict) -> TaskSummary:
     df = task.runs
     large = df.loc[df["router"] == "large", "n"]
     n = int(large.iloc[0]) if len(large) else int(df["n"].max())
-    return TaskSummary(str(df["task"].iloc[0]), str(df["metric"].iloc[0]),
-                       str(df["split"].iloc[0]), n, q_small, q_large, tuple(entries),
-                       {k: tuple(sorted(map(str, v))) for k, v in facts.items()})  # fmt: skip
+    return TaskSummary(
+        str(df["task"].iloc[0]),
+        str(df["metric"].iloc[0]),
+        str(df["split"].iloc[0]),
+        n,
+        q_small,
+        q_large,
+        tuple(entries),
+        {k: tuple(sorted(map(str, v))) for k, v in facts.items()},
+    )
 
 
 def headline(s: TaskSummary) -> list[str]:
     """The page's first sentences: the references, the best router at the quality goal
     against random, and which routers beat their control there."""
-    say = [f"Small-only scores **{s.q_small:.3f}** and large-only **{s.q_large:.3f}** "
-           f"{s.metric} on {s.n} {s.split} examples, the same for every run."]  # fmt: skip
+    say = [
+        f"Small-only scores **{s.q_small:.3f}** and large-only **{s.q_large:.3f}** "
+        f"{s.metric} on {s.n} {s.split} examples, the same for every run."
+    ]
     routers = [e for e in s.entries if e.router not in (*ENDS, "oracle", *CONTROL_ROUTERS)]
     if routers and not math.isnan(s.q_large - s.q_small):
         best = max(routers, key=lambda e: e.gap if not math.isnan(e.gap) else -math.inf)
@@ -136,10 +156,17 @@ def headline(s: TaskSummary) -> list[str]:
             f"**{pct(best.gap)}** of the gap at {best.share:.3f} large tokens and {speed}× "
             f"large-only's throughput{tail}."
         )
-        by = {v: [e.router + (" (transfer)" if e.transfer else "") for e in routers
-                  if e.verdict == v] for v in ("better", "no difference", "worse")}  # fmt: skip
-        said = [f"{v} than their control at a matched share: {', '.join(r)}" if v != "no difference"
-                else f"no difference detected: {', '.join(r)}" for v, r in by.items() if r]  # fmt: skip
+        by = {
+            v: [e.router + (" (transfer)" if e.transfer else "") for e in routers if e.verdict == v]
+            for v in ("better", "no difference", "worse")
+        }
+        said = [
+            f"{v} than their control at a matched share: {', '.join(r)}"
+            if v != "no difference"
+            else f"no difference detected: {', '.join(r)}"
+            for v, r in by.items()
+            if r
+        ]
         if said:
             say.append(said[0][0].upper() + "; ".join(said)[1:] + ".")
     return say
@@ -153,8 +180,14 @@ def _figures(page: Page, df: pd.DataFrame, names, out: Path, task: str) -> None:
         page.figure(name, CAPTIONS[name], png, file)
 
 
-def task_page(df: pd.DataFrame, anchors: pd.DataFrame, device: list[Table], out: Path,
-              nav: list | None = None, stem: str = "leaderboard") -> tuple[Path, TaskSummary]:  # fmt: skip
+def task_page(
+    df: pd.DataFrame,
+    anchors: pd.DataFrame,
+    device: list[Table],
+    out: Path,
+    nav: list | None = None,
+    stem: str = "leaderboard",
+) -> tuple[Path, TaskSummary]:
     """Write one task's page (`stem`.md, `stem`.html, its PNGs) into `out`; `df`: its runs with
     their speed (reports.load.add_speed), `anchors`: its speed anchors, `device`: GPU rows."""
     task = TaskRuns.of(df)
@@ -174,8 +207,9 @@ def task_page(df: pd.DataFrame, anchors: pd.DataFrame, device: list[Table], out:
     _figures(page, task.all_runs, [MAIN_PLOT], out, name)
     page.table(paired_table(task), level=2, anchor="paired")
     if len(task.transfer):
-        page.table(paired_table(task, transfer=True,
-                                title="Transfer: paired vs control at the same share"))  # fmt: skip
+        page.table(
+            paired_table(task, transfer=True, title="Transfer: paired vs control at the same share")
+        )
     with page.details("Runs, curve metrics and more plots", anchor="runs"):
         page.table(runs_table(task))
         page.table(routers_table(task))

@@ -67,8 +67,11 @@ def _knobbed(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     point or a vertical line: the tables say more)."""
     routed = _routed(df)
     routed = routed[routed["setting_value"].astype(float).notna()]
-    return [(r, g.sort_values(["setting_value", "run"])) for r, g in routed.groupby("router")
-            if g["setting_value"].nunique() > 1]  # fmt: skip
+    return [
+        (r, g.sort_values(["setting_value", "run"]))
+        for r, g in routed.groupby("router")
+        if g["setting_value"].nunique() > 1
+    ]
 
 
 def _reference_lines(ax, df: pd.DataFrame, column: str, large: float | None = None) -> None:
@@ -77,8 +80,9 @@ def _reference_lines(ax, df: pd.DataFrame, column: str, large: float | None = No
     for router in ("small", "large"):
         y = large if router == "large" and large is not None else reference(df, router, column)
         if not math.isnan(y):
-            ax.axhline(y, color=style(router).color, linestyle="--", linewidth=1,
-                       label=f"{router} only")  # fmt: skip
+            ax.axhline(
+                y, color=style(router).color, linestyle="--", linewidth=1, label=f"{router} only"
+            )
 
 
 ZOOM_BELOW = 0.6  # the token-share axis ends a little past the routed runs' shares below this
@@ -111,16 +115,21 @@ def _quality_panel(ax, df: pd.DataFrame, share: str) -> None:
         g = g.sort_values([share, "run"])
         x = g[share].astype(float)
         q, lo, hi = g["quality"], g["quality_ci_low"], g["quality_ci_high"]
-        ax.plot(x, q, marker=s.marker, color=s.color, label=label, markersize=7,
-                markerfacecolor="white" if hollow else s.color,
-                linestyle=":" if hollow else "-")  # fmt: skip
-        ax.errorbar(x, q, yerr=[q - lo, hi - q], fmt="none", ecolor=s.color, capsize=3,
-                    alpha=0.6)  # fmt: skip
+        ax.plot(
+            x,
+            q,
+            marker=s.marker,
+            color=s.color,
+            label=label,
+            markersize=7,
+            markerfacecolor="white" if hollow else s.color,
+            linestyle=":" if hollow else "-",
+        )
+        ax.errorbar(x, q, yerr=[q - lo, hi - q], fmt="none", ecolor=s.color, capsize=3, alpha=0.6)
     _reference_lines(ax, df, "quality")
     shares = routed[share].astype(float)  # every routed run's, for the axis
     beyond = routed[shares >= ZOOM_BELOW]
-    zoom = (share == "large_token_share" and (shares < ZOOM_BELOW).any()
-            and len(beyond) <= OFF_AXIS)  # fmt: skip
+    zoom = share == "large_token_share" and (shares < ZOOM_BELOW).any() and len(beyond) <= OFF_AXIS
     edge = shares[shares < ZOOM_BELOW].max() + 0.05 if zoom else 1.02
     ax.set_xlim(-0.01 if zoom else -0.02, edge)
     cut = ""
@@ -129,10 +138,24 @@ def _quality_panel(ax, df: pd.DataFrame, share: str) -> None:
         moved = _transfer(beyond)
         for i, r in beyond.iterrows():  # off the axis: at its edge, the share written
             s = style(r["router"])
-            ax.plot([edge], [r["quality"]], marker=s.marker, color=s.color, clip_on=False,
-                    linestyle="none", markerfacecolor="white" if moved[i] else s.color)  # fmt: skip
-            ax.annotate(f"{r[share]:.2f} →", (edge, r["quality"]), xytext=(-6, -14),
-                        textcoords="offset points", ha="right", fontsize=9, color="0.15")  # fmt: skip
+            ax.plot(
+                [edge],
+                [r["quality"]],
+                marker=s.marker,
+                color=s.color,
+                clip_on=False,
+                linestyle="none",
+                markerfacecolor="white" if moved[i] else s.color,
+            )
+            ax.annotate(
+                f"{r[share]:.2f} →",
+                (edge, r["quality"]),
+                xytext=(-6, -14),
+                textcoords="offset points",
+                ha="right",
+                fontsize=9,
+                color="0.15",
+            )
     ax.set_xlabel(share.replace("_", " ") + cut)
     ax.set_ylabel(f"quality ({df['metric'].iloc[0]})" if len(df) else "quality")
 
@@ -140,8 +163,14 @@ def _quality_panel(ax, df: pd.DataFrame, share: str) -> None:
 def _legend_below(fig, ax) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4),
-                   fontsize="small", frameon=False)  # fmt: skip
+        fig.legend(
+            handles,
+            labels,
+            loc="outside lower center",
+            ncol=min(len(labels), 4),
+            fontsize="small",
+            frameon=False,
+        )
 
 
 def quality_vs_share(df: pd.DataFrame) -> bytes:
@@ -216,10 +245,15 @@ def throughput_vs_setting(df: pd.DataFrame) -> bytes:
         modeled = modeled.map(is_true)
         for is_modeled, part in ((False, g[~modeled]), (True, g[modeled])):
             if len(part):  # a run that reused answers has a modeled clock: dotted, hollow
-                ax.plot(x[part.index], part["vs_large"].astype(float), marker="o", color=color,
-                        linestyle=":" if is_modeled else "-",
-                        markerfacecolor="white" if is_modeled else color,
-                        label="modeled" if is_modeled else "measured")  # fmt: skip
+                ax.plot(
+                    x[part.index],
+                    part["vs_large"].astype(float),
+                    marker="o",
+                    color=color,
+                    linestyle=":" if is_modeled else "-",
+                    markerfacecolor="white" if is_modeled else color,
+                    label="modeled" if is_modeled else "measured",
+                )
         # large-only is 1 by definition (its own run may sit below it: it ran on a busier machine)
         _reference_lines(ax, df, "vs_large", large=1.0)
 
@@ -232,11 +266,17 @@ def bytes_per_model(df: pd.DataFrame) -> bytes:
     ax = axes[0]
     if not len(df):
         return _empty(fig, ax, "no runs")
-    labels = [f"{r} {setting_text(json.loads(a))}".replace(" —", "")
-              for r, a in zip(df["router"], df["router_args"], strict=True)]  # fmt: skip
+    labels = [
+        f"{r} {setting_text(json.loads(a))}".replace(" —", "")
+        for r, a in zip(df["router"], df["router_args"], strict=True)
+    ]
     left = [0.0] * len(df)
-    colors = {"small": style("small").color, "reward": style("reward").color,
-              "router": style("citer").color, "large": style("large").color}  # fmt: skip
+    colors = {
+        "small": style("small").color,
+        "reward": style("reward").color,
+        "router": style("citer").color,
+        "large": style("large").color,
+    }
     for model in BYTE_MODELS:
         column = f"bytes_{model}"
         values = [

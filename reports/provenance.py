@@ -42,18 +42,35 @@ def cost_table(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> Table:
             str(int(r["session_examples"])),
             str(int(r["session_tokens"])),
             hours(r["session_wall_s"]),
-            "— (answers reused)" if is_modeled(r)
+            "— (answers reused)"
+            if is_modeled(r)
             else per_hour(int(r["session_examples"]), r["session_wall_s"]),
         )
         for _, r in df.iterrows()
-    ]  # fmt: skip
+    ]
     examples, wall = int(df["session_examples"].sum()), float(df["session_wall_s"].sum())
     rows.append(
-        ("all runs", "", "", str(int(df["sessions"].sum())), str(examples),
-         str(int(df["session_tokens"].sum())), hours(wall), per_hour(examples, wall))
-    )  # fmt: skip
-    header = ("run", "backend (small / large)", "batch", "invocations", "examples", "tokens",
-              "wall hours", "examples/hour")  # fmt: skip
+        (
+            "all runs",
+            "",
+            "",
+            str(int(df["sessions"].sum())),
+            str(examples),
+            str(int(df["session_tokens"].sum())),
+            hours(wall),
+            per_hour(examples, wall),
+        )
+    )
+    header = (
+        "run",
+        "backend (small / large)",
+        "batch",
+        "invocations",
+        "examples",
+        "tokens",
+        "wall hours",
+        "examples/hour",
+    )
     return Table("Cost: wall time on the machine that ran each run", header, tuple(rows))
 
 
@@ -75,8 +92,10 @@ def machine_text(cpu: str, mach: dict, probe: dict | None) -> str:
         each = f" of {tokens} tokens each" if tokens > 1 else ""
         busy = probe.get("others_cores")  # absent from the first probes
         busy = "not recorded" if busy is None else f"{float(busy):.2f} cores"
-        text += (f", probe {str(probe.get('measured', '?'))[:10]}: large's {b}-sequence step"
-                 f"{each} {float(steps[b]):.3f} s (others' CPU meanwhile: {busy})")  # fmt: skip
+        text += (
+            f", probe {str(probe.get('measured', '?'))[:10]}: large's {b}-sequence step"
+            f"{each} {float(steps[b]):.3f} s (others' CPU meanwhile: {busy})"
+        )
     return text
 
 
@@ -84,8 +103,20 @@ def setup_facts(df: pd.DataFrame) -> dict[str, set]:
     """What the runs were made with, from their manifests and invocations: machines (by label),
     dates, code commits, models (source, GGUF types, sha256), backends, batch sizes, decoding."""
     df = df if "session_machines" in df else add_speed(df)
-    found: dict[str, set] = {k: set() for k in ("machine", "dates", "commit", "small", "large",
-                                                "backend", "batch", "decoding", "cpu")}  # fmt: skip
+    found: dict[str, set] = {
+        k: set()
+        for k in (
+            "machine",
+            "dates",
+            "commit",
+            "small",
+            "large",
+            "backend",
+            "batch",
+            "decoding",
+            "cpu",
+        )
+    }
     latest: dict[str, tuple[str, str]] = {}  # machine label -> its latest invocation's text
     for path, labels in zip(df["path"], df["session_machines"], strict=True):
         m = RunFolder(path).manifest()
@@ -113,11 +144,15 @@ def setup_facts(df: pd.DataFrame) -> dict[str, set]:
             info = (m.get("models") or {}).get(role) or {}
             if info:
                 sha = str(info.get("sha256") or "")[:12]
-                found[role].add(f"{info.get('source', '?')} ({info.get('dtype', '?')}"
-                                + (f"; sha256 {sha})" if sha else ")"))  # fmt: skip
+                found[role].add(
+                    f"{info.get('source', '?')} ({info.get('dtype', '?')}"
+                    + (f"; sha256 {sha})" if sha else ")")
+                )
                 found["backend"].add(str(info.get("backend", "?")))
-        found["decoding"].add(f"temperature {m.get('temperature', '?')}, "
-                              f"max new tokens {m.get('max_new_tokens', '?')}")  # fmt: skip
+        found["decoding"].add(
+            f"temperature {m.get('temperature', '?')}, "
+            f"max new tokens {m.get('max_new_tokens', '?')}"
+        )
     found["machine"] |= {f"{label}: {text}" for label, (_, text) in latest.items()}
     return found
 
@@ -130,9 +165,15 @@ def setup_table(df: pd.DataFrame) -> Table:
         found["machine"] = {"not recorded (see the provenance table)"}
     dates = sorted(found.pop("dates"))
     rows = [("dates", f"{dates[0]} to {dates[-1]}" if dates else "—")]
-    names = {"machine": "machines", "commit": "code commits", "small": "small model",
-             "large": "large model", "backend": "backends", "batch": "batch sizes",
-             "decoding": "decoding"}  # fmt: skip
+    names = {
+        "machine": "machines",
+        "commit": "code commits",
+        "small": "small model",
+        "large": "large model",
+        "backend": "backends",
+        "batch": "batch sizes",
+        "decoding": "decoding",
+    }
     rows += [(names[k], "; ".join(str(x) for x in sorted(v)) or "—") for k, v in found.items()]
     return Table("Setup (from the run manifests)", ("", "value"), tuple(rows))
 

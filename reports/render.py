@@ -106,8 +106,10 @@ def html_table(t: Table) -> str:
         "<tr>" + "".join(cell(c, i == 0) for i, c in enumerate(row)) + "</tr>" for row in t.rows
     )
     heads = "".join(head(h) for h in t.header)
-    return (f'<div class="scroll"><table>\n<thead><tr>{heads}</tr></thead>\n<tbody>\n{body}\n'
-            "</tbody>\n</table></div>")  # fmt: skip
+    return (
+        f'<div class="scroll"><table>\n<thead><tr>{heads}</tr></thead>\n<tbody>\n{body}\n'
+        "</tbody>\n</table></div>"
+    )
 
 
 def png_size(png: bytes) -> tuple[int, int]:
@@ -127,8 +129,12 @@ class Page:
         """A line of links: (text, Markdown target, HTML target); no target: the current page."""
         md = [f"**{t}**" if m is None else f"[{t}]({m})" for t, m, _ in links]
         self.md += [" · ".join(md), ""]
-        items = [f"<strong>{html.escape(t)}</strong>" if h is None else
-                 f'<a href="{html.escape(h)}">{html.escape(t)}</a>' for t, _, h in links]  # fmt: skip
+        items = [
+            f"<strong>{html.escape(t)}</strong>"
+            if h is None
+            else f'<a href="{html.escape(h)}">{html.escape(t)}</a>'
+            for t, _, h in links
+        ]
         self.body.append(f"<nav>{''.join(items)}</nav>")
 
     def heading(self, text: str, level: int, anchor: str = "", md_level: int = 0) -> None:
@@ -185,8 +191,10 @@ class Page:
         """The definitions, each with its anchor (the HTML tables' headers link to them)."""
         self.heading("Definitions", 2, "definitions")
         self.md += [*(f'- <a id="{a}"></a>**{term}**: {text}' for a, term, text in defs), ""]
-        items = "".join(f'<li id="{a}"><strong>{html.escape(term)}</strong>: '
-                        f"{html.escape(text)}</li>" for a, term, text in defs)  # fmt: skip
+        items = "".join(
+            f'<li id="{a}"><strong>{html.escape(term)}</strong>: {html.escape(text)}</li>'
+            for a, term, text in defs
+        )
         self.body.append(f"<ul>{items}</ul>")
 
     def write(self, out: Path, stem: str) -> Path:

@@ -72,12 +72,27 @@ class _Browser:
             os.dup2(a, 3)
             os.dup2(b, 4)
 
-        cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-               "--no-first-run", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--remote-debugging-pipe",
-               f"--user-data-dir={self._profile.name}", "about:blank"]  # fmt: skip
-        self._proc = subprocess.Popen(cmd, pass_fds=(3, 4), preexec_fn=fds,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        cmd = [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={self._profile.name}",
+            "about:blank",
+        ]
+        self._proc = subprocess.Popen(
+            cmd,
+            pass_fds=(3, 4),
+            preexec_fn=fds,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_child)
         os.close(from_child)
         self._buffer, self._id = b"", 0
@@ -86,8 +101,12 @@ class _Browser:
             "sessionId"
         ]
         self.call("Page.enable", session=True)
-        metrics = {"width": width, "height": height, "deviceScaleFactor": 1,
-                   "mobile": width < PHONE_BELOW}  # fmt: skip
+        metrics = {
+            "width": width,
+            "height": height,
+            "deviceScaleFactor": 1,
+            "mobile": width < PHONE_BELOW,
+        }
         self.call("Emulation.setDeviceMetricsOverride", metrics, session=True)
 
     def _send(self, method: str, params: dict | None, session: bool) -> int:
@@ -140,8 +159,9 @@ def render(html: Path, width: int, height: int, png: Path | None = None) -> Layo
     browser = _Browser(width, height)
     try:
         browser.open(Path(html).resolve().as_uri())
-        value = browser.call("Runtime.evaluate", {"expression": MEASURE, "returnByValue": True},
-                             session=True)["result"]["value"]  # fmt: skip
+        value = browser.call(
+            "Runtime.evaluate", {"expression": MEASURE, "returnByValue": True}, session=True
+        )["result"]["value"]
         if png is not None:
             shot = browser.call("Page.captureScreenshot", {"format": "png"}, session=True)
             Path(png).write_bytes(base64.b64decode(shot["data"]))
@@ -163,8 +183,9 @@ def screenshot(html: Path, out: Path, width: int = 1366, height: int = 900) -> P
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.screenshot",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m reports.screenshot", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("html", help="a leaderboard page (leaderboard.html, index.html)")
     parser.add_argument("out", help="PNG to write")
     parser.add_argument("--size", default="1366,900", help="screen width,height in CSS px")

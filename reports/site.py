@@ -63,8 +63,13 @@ def site_nav(tasks: list[str], current: str | None, pages: dict | None = None) -
     """The links atop a page: the index, each task, the definitions. `pages`: task -> page stem
     beside the index (one folder); default the edition's TASK/report/leaderboard."""
     up = "" if pages is not None or current is None else "../../"
-    links = [("Index", None if current is None else f"{up}{INDEX}.md",
-              None if current is None else f"{up}{INDEX}.html")]  # fmt: skip
+    links = [
+        (
+            "Index",
+            None if current is None else f"{up}{INDEX}.md",
+            None if current is None else f"{up}{INDEX}.html",
+        )
+    ]
     for t in tasks:
         stem = pages[t] if pages is not None else f"{t}/report/leaderboard"
         here = t == current
@@ -103,10 +108,12 @@ def matrix(summaries: list[TaskSummary]) -> Table:
         for e in s.entries:
             rows.setdefault(e.router, {})[s.task] = e
     body = tuple(
-        (r if r not in ("small", "large") else f"{r} only",
-         *(_cell(rows[r].get(s.task)) for s in summaries))
+        (
+            r if r not in ("small", "large") else f"{r} only",
+            *(_cell(rows[r].get(s.task)) for s in summaries),
+        )
         for r in _row_order(rows)
-    )  # fmt: skip
+    )
     note = (
         f"Each cell: the gap recovered by the router's best run at <= {GOAL_SHARE:.0%} large "
         "tokens · its verdict against its control at a matched share (random; random_query for "
@@ -119,8 +126,14 @@ def matrix(summaries: list[TaskSummary]) -> Table:
         "defers exactly where small's token would differ from large's) and the references."
     )
     header = ("router", *(s.task for s in summaries))
-    return Table(f"Gap recovered at <= {GOAL_SHARE:.0%} large tokens", header, body, note,
-                 marks=True, wrap=True)  # fmt: skip
+    return Table(
+        f"Gap recovered at <= {GOAL_SHARE:.0%} large tokens",
+        header,
+        body,
+        note,
+        marks=True,
+        wrap=True,
+    )
 
 
 def _union(summaries: list[TaskSummary], key: str) -> list[str]:
@@ -131,8 +144,10 @@ def pair_line(summaries: list[TaskSummary]) -> str:
     """'Small qwen2.5-coder-0.5b-instruct, large qwen2.5-coder-1.5b-instruct; llama.cpp 0.3.36
     on 2-core AMD EPYC; runs started 2025-01-01 to 2025-01-03.' (the models by source name:
     their files' types and digests are in the setup)."""
-    small, large = (", ".join(sorted({x.split(" (")[0] for x in _union(summaries, k)})) or "—"
-                    for k in ("small", "large"))  # fmt: skip
+    small, large = (
+        ", ".join(sorted({x.split(" (")[0] for x in _union(summaries, k)})) or "—"
+        for k in ("small", "large")
+    )
     backends = ", ".join(_union(summaries, "backend")) or "—"
     cpus = ", ".join(_union(summaries, "cpu")) or "machines not recorded"
     dates = _union(summaries, "dates")
@@ -156,8 +171,9 @@ def index_page(summaries: list[tuple[TaskSummary, str]], out: Path) -> Path:
     )
     best = []
     for s in tasks:
-        routers = [e for e in s.entries
-                   if e.router not in ("small", "large", "oracle", *CONTROL_ROUTERS)]  # fmt: skip
+        routers = [
+            e for e in s.entries if e.router not in ("small", "large", "oracle", *CONTROL_ROUTERS)
+        ]
         if routers:
             b = max(routers, key=lambda e: e.gap if not math.isnan(e.gap) else -math.inf)
             best.append(f"{s.task} **{b.router}** ({pct(b.gap)}, {b.verdict})")
@@ -166,16 +182,23 @@ def index_page(summaries: list[tuple[TaskSummary, str]], out: Path) -> Path:
     page.paragraph(pair_line(tasks) + " [Setup](#setup).", note=True)
     page.table(matrix(tasks), level=2, anchor="matrix")
     page.heading("Tasks", 2, "tasks")
-    page.bullets([f"[{s.task}]({stem}.md): {s.metric} on {s.n} {s.split} examples; small-only "
-                  f"{s.q_small:.3f}, large-only {s.q_large:.3f}" for s, stem in summaries])  # fmt: skip
+    page.bullets(
+        [
+            f"[{s.task}]({stem}.md): {s.metric} on {s.n} {s.split} examples; small-only "
+            f"{s.q_small:.3f}, large-only {s.q_large:.3f}"
+            for s, stem in summaries
+        ]
+    )
     page.heading("Setup", 2, "setup")
     dates = _union(tasks, "dates")
-    page.bullets([
-        f"Small model: {'; '.join(_union(tasks, 'small')) or '—'}",
-        f"Large model: {'; '.join(_union(tasks, 'large')) or '—'}",
-        f"Hardware: {'; '.join(_union(tasks, 'cpu')) or 'not recorded'}; backend "
-        f"{', '.join(_union(tasks, 'backend')) or '—'}, batch {', '.join(_union(tasks, 'batch'))}",
-        f"Runs started {dates[0]} to {dates[-1]}" if dates else "Run dates not recorded",
-    ])  # fmt: skip
+    page.bullets(
+        [
+            f"Small model: {'; '.join(_union(tasks, 'small')) or '—'}",
+            f"Large model: {'; '.join(_union(tasks, 'large')) or '—'}",
+            f"Hardware: {'; '.join(_union(tasks, 'cpu')) or 'not recorded'}; backend "
+            f"{', '.join(_union(tasks, 'backend')) or '—'}, batch {', '.join(_union(tasks, 'batch'))}",
+            f"Runs started {dates[0]} to {dates[-1]}" if dates else "Run dates not recorded",
+        ]
+    )
     page.definitions([d for d in DEFINITIONS if d[0] in SHOWN])
     return page.write(out, INDEX)

@@ -25,8 +25,21 @@ class Style:
     symbol: str  # the same marker as a text glyph for the HTML tables
 
 
-GLYPHS = {"o": "●", "s": "■", "D": "◆", "^": "▲", "v": "▼", "P": "✚", "X": "✖", "*": "★",
-          "h": "⬢", "p": "⬟", "<": "◀", ">": "▶", "d": "◆"}  # fmt: skip
+GLYPHS = {
+    "o": "●",
+    "s": "■",
+    "D": "◆",
+    "^": "▲",
+    "v": "▼",
+    "P": "✚",
+    "X": "✖",
+    "*": "★",
+    "h": "⬢",
+    "p": "⬟",
+    "<": "◀",
+    ">": "▶",
+    "d": "◆",
+}
 
 ROUTER_STYLES = {
     "entropy": ("#e69f00", "o"),  # orange

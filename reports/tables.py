@@ -170,8 +170,12 @@ def ordered_runs(df: pd.DataFrame, routers: pd.DataFrame) -> pd.DataFrame:
     large-token share they realized; transfer runs last."""
     rank = {r: i for i, r in enumerate(("large", "small", *routers["router"]))}
     last = len(rank) + 1
-    df = df.assign(_rank=[rank.get(r, len(rank)) + (last if is_transfer(row) else 0)
-                          for r, (_, row) in zip(df["router"], df.iterrows(), strict=True)])  # fmt: skip
+    df = df.assign(
+        _rank=[
+            rank.get(r, len(rank)) + (last if is_transfer(row) else 0)
+            for r, (_, row) in zip(df["router"], df.iterrows(), strict=True)
+        ]
+    )
     df = df.sort_values(["_rank", *(k for k in RUN_ORDER if k in df.columns)], na_position="last")
     return df.drop(columns="_rank")
 
@@ -234,12 +238,28 @@ def goal_table(task: TaskRuns) -> Table:
     rows = []
     for r in goal_runs(task.all_runs):
         vs = "control" if r["router"] in CONTROL_ROUTERS else task.pairing(r).verdict
-        rows.append((router_label(r), pct(pgr(r["quality"], q_small, q_large)), vs,
-                     num(r["large_token_share"]), quality_cell(r), *ratio_cells(r),
-                     task.setting(r)))  # fmt: skip
+        rows.append(
+            (
+                router_label(r),
+                pct(pgr(r["quality"], q_small, q_large)),
+                vs,
+                num(r["large_token_share"]),
+                quality_cell(r),
+                *ratio_cells(r),
+                task.setting(r),
+            )
+        )
     # the answer's columns first: on a phone the table scrolls sideways from the left
-    header = ("router", "gap recovered", "vs control", "large token share", "quality [95% CI]",
-              "× large-only, measured", "× large-only, modeled", "setting")  # fmt: skip
+    header = (
+        "router",
+        "gap recovered",
+        "vs control",
+        "large token share",
+        "quality [95% CI]",
+        "× large-only, measured",
+        "× large-only, modeled",
+        "setting",
+    )
     title = f"Quality goal: the most of the gap at <= {GOAL_SHARE:.0%} large tokens"
     note = "Sorted by gap recovered, best first. " + constants_note(task.constants, rows)
     return Table(title, header, tuple(rows), note.strip(), marks=True)
@@ -247,9 +267,15 @@ def goal_table(task: TaskRuns) -> Table:
 
 def runs_table(task: TaskRuns) -> Table:
     """The leaderboard proper: one row per run, references first, then routers by APGR."""
-    apgr_of = {r: (a, c) for r, a, c in
-               zip(task.routers["router"], task.routers["apgr_token"], task.routers["apgr_call"],
-                   strict=True)}  # fmt: skip
+    apgr_of = {
+        r: (a, c)
+        for r, a, c in zip(
+            task.routers["router"],
+            task.routers["apgr_token"],
+            task.routers["apgr_call"],
+            strict=True,
+        )
+    }
     rows = []
     for _, r in ordered_runs(task.runs, task.routers).iterrows():
         a_tok, a_call = apgr_of.get(r["router"], (math.nan, math.nan))
@@ -267,12 +293,23 @@ def runs_table(task: TaskRuns) -> Table:
                 num(r.get("bytes_large", math.nan) / GB, 2),
             )
         )
-    header = ("router", "setting", "n", "quality [95% CI]", "large token share",
-              "large call share", "APGR (token)", "APGR (call)", "GB moved/example",
-              "of which large")  # fmt: skip
-    note = ("Large-only and small-only first, then the routers by APGR (token), best first; a "
-            "router's runs by the large-token share they realized. " +
-            constants_note(task.constants, rows))  # fmt: skip
+    header = (
+        "router",
+        "setting",
+        "n",
+        "quality [95% CI]",
+        "large token share",
+        "large call share",
+        "APGR (token)",
+        "APGR (call)",
+        "GB moved/example",
+        "of which large",
+    )
+    note = (
+        "Large-only and small-only first, then the routers by APGR (token), best first; a "
+        "router's runs by the large-token share they realized. "
+        + constants_note(task.constants, rows)
+    )
     return Table("Runs", header, tuple(rows), note.strip(), marks=True)
 
 
@@ -343,7 +380,14 @@ def transfer_table(task: TaskRuns) -> Table:
         )
         for _, r in task.transfer.sort_values(["router", "large_token_share", "run"]).iterrows()
     )
-    header = ("router", "setting", "trained on", "n", "quality [95% CI]", "large token share",
-              "large call share")  # fmt: skip
+    header = (
+        "router",
+        "setting",
+        "trained on",
+        "n",
+        "quality [95% CI]",
+        "large token share",
+        "large call share",
+    )
     note = "By router, then large-token share."
     return Table("Transfer: routers trained on another task", header, rows, note, marks=True)

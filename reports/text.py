@@ -92,8 +92,9 @@ def ratio_text(r) -> str:
     marked where other processes were recorded busy meanwhile, and where some of its examples
     ran on a machine large-only never ran on (left out of the ratio)."""
     busy = " (contended)" if flag(r, "contended") else ""
-    ratio, part, whole = (float(r.get(k, math.nan)) for k in
-                          ("vs_large", "vs_large_examples", "speed_examples"))  # fmt: skip
+    ratio, part, whole = (
+        float(r.get(k, math.nan)) for k in ("vs_large", "vs_large_examples", "speed_examples")
+    )
     partial = not math.isnan(ratio) and part < whole
     over = f" (over {part:.0f} of {whole:.0f} examples)" if partial else ""
     return num(ratio, 2) + busy + over
@@ -159,8 +160,11 @@ def constant_args(args_by_router: Mapping[str, list[Mapping]]) -> dict[str, dict
     for router, runs in args_by_router.items():
         if len(runs) < 2:
             continue
-        same = {k: v for k, v in runs[0].items() if k not in FILE_ARGS
-                and all(k in r and r[k] == v for r in runs[1:])}  # fmt: skip
+        same = {
+            k: v
+            for k, v in runs[0].items()
+            if k not in FILE_ARGS and all(k in r and r[k] == v for r in runs[1:])
+        }
         if same:
             out[router] = same
     return out
@@ -178,76 +182,116 @@ def constants_note(constants: Mapping[str, Mapping], rows: Iterable[tuple] = ())
 
 # (anchor, term, text): each page's definitions, in this order; tables link their headers here.
 DEFINITIONS = (
-    ("def-quality", "quality",
-     "the mean of the task's primary metric over the examples that did not fail; [95% CI] is "
-     "a seeded percentile bootstrap of that mean."),
-    ("def-token-share", "large token share",
-     "tokens emitted by the large model / all emitted tokens (token-weighted)."),
-    ("def-call-share", "large call share",
-     "decode steps in which the large model ran a forward pass / all decode steps."),
-    ("def-gap", "gap recovered",
-     "the share of the small-to-large quality gap a run closes, (q - q_small) / (q_large - "
-     "q_small), as RouteLLM's PGR: 0% is small-only's quality, 100% large-only's."),
-    ("def-goal", "quality goal",
-     f"per router, its run with the highest quality among those at a large-token share <= "
-     f"{GOAL_SHARE:g} (the oracle's at its own share: where it reaches large-only's quality), "
-     "with the gap it recovers, its verdict against its control and its throughput."),
-    ("def-paired", "verdict against the control",
-     "each router's run against the run of its control (random; random_query for the query "
-     "router; small-only and large-only count as either at shares 0 and 1, being the same "
-     "policies) whose large-token share is nearest, paired by example id on the examples both "
-     "scored (paired n; a row decoded on more examples than its control is paired on the ones "
-     "they share): the mean difference of the primary metric with a 95% paired percentile "
-     f"bootstrap CI ({N_BOOT:,} resamples, seed {SEED}); 'matched' when the shares are within "
-     f"{MATCH:g}. p: for a metric scored 0 or 1, the exact McNemar test (a two-sided exact "
-     "binomial test of the discordant pairs: examples one run got right and the other wrong); "
-     "for a graded metric, two-sided from the bootstrap resamples. p (Holm): adjusted with "
-     "Holm's step-down correction over the page's family, every run-vs-control pair of the "
-     "page's paired tables (its transfer rows included). better / worse: the adjusted p is "
-     f"below {ALPHA:g}, the sign of the difference the direction; otherwise no difference was "
-     "detected."),
-    ("def-apgr", "APGR",
-     "RouteLLM's average gap recovered: the area under the gap recovered over large share in "
-     "[0, 1], the curve anchored at (0, small-only) and (1, large-only); 0.5 = random mixing."),
-    ("def-cpt", "CPT(x%)",
-     "RouteLLM's cost to reach a performance: the least large-token share at which the "
-     "interpolated curve recovers x% of the gap."),
-    ("def-aiq", "AIQ",
-     "RouterBench's average improvement in quality: the mean quality under the non-decreasing "
-     "convex hull over large-token share in [0, 1], the small-only and large-only points added."),
-    ("def-bytes", "GB moved/example",
-     "memory traffic per example: per forward pass the model's weights plus the KV cache it "
-     "reads, summed over the example; example-mean."),
-    ("def-throughput", "throughput",
-     "emitted tokens (examples) per wall second (hour) on the machine(s) that ran the run, all "
-     "streams of a batch together (batch = sequences decoded at once); measured. × large-only: "
-     "a run's tokens over those large-only would have emitted in the same wall time on the same "
-     "machine, machine by machine (sum of tokens / sum of wall seconds x large-only's tok/s "
-     "there). Large-only is 1.00× by definition; the rates on each machine are in the table "
-     "'Large-only on each machine'. Machines are told apart by their recorded id or by the batch "
-     "probe their invocations shared (A, B, ...: the setup table); large-only's rate on each "
-     "pools the task's large-only run and its speed anchors (large-only on the first examples, "
-     "decoded on a machine that ran too little of that run), from the invocations recorded "
-     "quiet where the machine has some (others' processes used at most 0.25 cores meanwhile); "
-     "'(contended)': the run has an invocation recorded busier; examples decoded on a machine "
-     "where large-only never ran are left out of the ratio ('over K of N examples'; '—' where "
-     "that is all of them). Runs that recorded no invocations: decode tok/s / large-only's."),
-    ("def-modeled", "modeled throughput",
-     "a run whose answers were taken from the small-only and large-only runs (query routers and "
-     "the oracle, greedy: the same tokens) ran only its routing passes; its clock is modeled "
-     "from the pass costs measured on its machine, so its throughput stands in the modeled "
-     "columns, never beside measured ones. tok/s modeled on a hardware profile: the same tokens "
-     "under the bandwidth cost model (harness/metrics/costmodel.py: seed-xeon-a100 = small on "
-     "a Xeon, large on a remote A100 with an assumed 30 ms network round trip per large forward "
-     "pass, modeled, not measured: docs/cloud.md measures that term over a link; h100 = both on "
-     "one H100)."),
-    ("def-transfer", "transfer",
-     "a run of a router trained on another task (its checkpoint's task): drawn hollow in the "
-     "plot, marked in the tables and paired with the task's own control run at the nearest "
-     "share, as in-task runs are."),
-)  # fmt: skip
+    (
+        "def-quality",
+        "quality",
+        "the mean of the task's primary metric over the examples that did not fail; [95% CI] is "
+        "a seeded percentile bootstrap of that mean.",
+    ),
+    (
+        "def-token-share",
+        "large token share",
+        "tokens emitted by the large model / all emitted tokens (token-weighted).",
+    ),
+    (
+        "def-call-share",
+        "large call share",
+        "decode steps in which the large model ran a forward pass / all decode steps.",
+    ),
+    (
+        "def-gap",
+        "gap recovered",
+        "the share of the small-to-large quality gap a run closes, (q - q_small) / (q_large - "
+        "q_small), as RouteLLM's PGR: 0% is small-only's quality, 100% large-only's.",
+    ),
+    (
+        "def-goal",
+        "quality goal",
+        f"per router, its run with the highest quality among those at a large-token share <= "
+        f"{GOAL_SHARE:g} (the oracle's at its own share: where it reaches large-only's quality), "
+        "with the gap it recovers, its verdict against its control and its throughput.",
+    ),
+    (
+        "def-paired",
+        "verdict against the control",
+        "each router's run against the run of its control (random; random_query for the query "
+        "router; small-only and large-only count as either at shares 0 and 1, being the same "
+        "policies) whose large-token share is nearest, paired by example id on the examples both "
+        "scored (paired n; a row decoded on more examples than its control is paired on the ones "
+        "they share): the mean difference of the primary metric with a 95% paired percentile "
+        f"bootstrap CI ({N_BOOT:,} resamples, seed {SEED}); 'matched' when the shares are within "
+        f"{MATCH:g}. p: for a metric scored 0 or 1, the exact McNemar test (a two-sided exact "
+        "binomial test of the discordant pairs: examples one run got right and the other wrong); "
+        "for a graded metric, two-sided from the bootstrap resamples. p (Holm): adjusted with "
+        "Holm's step-down correction over the page's family, every run-vs-control pair of the "
+        "page's paired tables (its transfer rows included). better / worse: the adjusted p is "
+        f"below {ALPHA:g}, the sign of the difference the direction; otherwise no difference was "
+        "detected.",
+    ),
+    (
+        "def-apgr",
+        "APGR",
+        "RouteLLM's average gap recovered: the area under the gap recovered over large share in "
+        "[0, 1], the curve anchored at (0, small-only) and (1, large-only); 0.5 = random mixing.",
+    ),
+    (
+        "def-cpt",
+        "CPT(x%)",
+        "RouteLLM's cost to reach a performance: the least large-token share at which the "
+        "interpolated curve recovers x% of the gap.",
+    ),
+    (
+        "def-aiq",
+        "AIQ",
+        "RouterBench's average improvement in quality: the mean quality under the non-decreasing "
+        "convex hull over large-token share in [0, 1], the small-only and large-only points added.",
+    ),
+    (
+        "def-bytes",
+        "GB moved/example",
+        "memory traffic per example: per forward pass the model's weights plus the KV cache it "
+        "reads, summed over the example; example-mean.",
+    ),
+    (
+        "def-throughput",
+        "throughput",
+        "emitted tokens (examples) per wall second (hour) on the machine(s) that ran the run, all "
+        "streams of a batch together (batch = sequences decoded at once); measured. × large-only: "
+        "a run's tokens over those large-only would have emitted in the same wall time on the same "
+        "machine, machine by machine (sum of tokens / sum of wall seconds x large-only's tok/s "
+        "there). Large-only is 1.00× by definition; the rates on each machine are in the table "
+        "'Large-only on each machine'. Machines are told apart by their recorded id or by the batch "
+        "probe their invocations shared (A, B, ...: the setup table); large-only's rate on each "
+        "pools the task's large-only run and its speed anchors (large-only on the first examples, "
+        "decoded on a machine that ran too little of that run), from the invocations recorded "
+        "quiet where the machine has some (others' processes used at most 0.25 cores meanwhile); "
+        "'(contended)': the run has an invocation recorded busier; examples decoded on a machine "
+        "where large-only never ran are left out of the ratio ('over K of N examples'; '—' where "
+        "that is all of them). Runs that recorded no invocations: decode tok/s / large-only's.",
+    ),
+    (
+        "def-modeled",
+        "modeled throughput",
+        "a run whose answers were taken from the small-only and large-only runs (query routers and "
+        "the oracle, greedy: the same tokens) ran only its routing passes; its clock is modeled "
+        "from the pass costs measured on its machine, so its throughput stands in the modeled "
+        "columns, never beside measured ones. tok/s modeled on a hardware profile: the same tokens "
+        "under the bandwidth cost model (harness/metrics/costmodel.py: seed-xeon-a100 = small on "
+        "a Xeon, large on a remote A100 with an assumed 30 ms network round trip per large forward "
+        "pass, modeled, not measured: docs/cloud.md measures that term over a link; h100 = both on "
+        "one H100).",
+    ),
+    (
+        "def-transfer",
+        "transfer",
+        "a run of a router trained on another task (its checkpoint's task): drawn hollow in the "
+        "plot, marked in the tables and paired with the task's own control run at the nearest "
+        "share, as in-task runs are.",
+    ),
+)
 COST_DEFINITION = (
-    "def-cost", "cost",
+    "def-cost",
+    "cost",
     "what each run took on the machine that ran it, from its manifest's invocations (each "
     "`hybridbench run` that decoded examples, resumed ones included): backends, batch sizes, "
     "examples and tokens decoded, wall hours on the clock summed; examples/hour = examples / "
@@ -256,9 +300,10 @@ COST_DEFINITION = (
     "speed anchors (anchors/MACHINE: large-only on the first examples, on a machine that "
     "decoded too little of large-only's run) are part of the sweep's cost too. 'all runs' sums "
     "the task's runs and anchors.",
-)  # fmt: skip
+)
 DEVICE_DEFINITION = (
-    "def-device", "measured on a GPU machine",
+    "def-device",
+    "measured on a GPU machine",
     "recorded runs replayed pass for pass with small on that machine's CPU and large on its "
     "GPU (benchmarks/device_latency.py, random weights of each model's shape on the engine each "
     "table names: transformers in bf16, or llama.cpp with the GGUF file's quantized types); "
@@ -269,7 +314,7 @@ DEVICE_DEFINITION = (
     "so its last column is per stream too: the row's tokens over its examples' recorded seconds "
     "on the sweep machine, each example one stream of its batch there (the Speed table's tok/s "
     "counts all streams of a batch).",
-)  # fmt: skip
+)
 
 # table header -> the definition it links to (HTML)
 HEADER_LINKS = {

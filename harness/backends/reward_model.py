@@ -323,10 +323,16 @@ def small_head(path, ck: dict, engine) -> SmallHead | None:
     head = head_from_checkpoint(ck, size)
     n = sum(p.numel() for p in head.parameters())
     info = ModelInfo(
-        name="reward", source=str(path), device="cpu", dtype="float32", n_params=n,
-        weight_bytes=4 * n, kv_bytes_per_token=0, sha256=file_sha256(path),
+        name="reward",
+        source=str(path),
+        device="cpu",
+        dtype="float32",
+        n_params=n,
+        weight_bytes=4 * n,
+        kv_bytes_per_token=0,
+        sha256=file_sha256(path),
         backend="small's own pass",
-    )  # fmt: skip
+    )
     return SmallHead(head, info, small)
 
 

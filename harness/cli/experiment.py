@@ -91,10 +91,15 @@ def run(args) -> int:
         check_parses([line for line in lines if not line.startswith("#")])
         return 0
     todo = experiment.steps(spec)
-    check_parses([experiment_run.command_line(s.argv) for s in todo
-                  if isinstance(s, experiment.Command)]
-                 + [experiment_run.command_line(s.command(c, 0.5)) for s in todo
-                    if isinstance(s, experiment.Controls) for c in s.argv])  # fmt: skip
+    check_parses(
+        [experiment_run.command_line(s.argv) for s in todo if isinstance(s, experiment.Command)]
+        + [
+            experiment_run.command_line(s.command(c, 0.5))
+            for s in todo
+            if isinstance(s, experiment.Controls)
+            for c in s.argv
+        ]
+    )
     with stop_after(args.hours):
         return experiment_run.run(spec, execute, args.lock, say)
 

@@ -56,8 +56,17 @@ COMMANDS = {
 
 
 # Commands whose cost (wall time, tokens generated) goes to their output folder's cost.jsonl
-TRAINING = ("reward-data", "train-reward", "train-citer", "train-query", "calibrate",
-            "calibrate-reward", "train-learned", "r2r-labels", "train-r2r")  # fmt: skip
+TRAINING = (
+    "reward-data",
+    "train-reward",
+    "train-citer",
+    "train-query",
+    "calibrate",
+    "calibrate-reward",
+    "train-learned",
+    "r2r-labels",
+    "train-r2r",
+)
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -109,8 +118,10 @@ def _main(args, argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except ServiceError as e:  # a model server gave up mid-command: what failed, in one line
-        print(f"error: {str(e).splitlines()[0]} (the command can be run again once it answers)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {str(e).splitlines()[0]} (the command can be run again once it answers)",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

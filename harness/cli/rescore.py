@@ -14,6 +14,8 @@ def configure(p) -> None:
 def run(args) -> int:
     for folder in args.runs:
         r = rescore(folder)
-        print(f"{folder}: {r['changed']} of {r['n']} records rescored differently; "
-              f"{r['metric']} {r['before']:.4f} -> {r['after']:.4f}")  # fmt: skip
+        print(
+            f"{folder}: {r['changed']} of {r['n']} records rescored differently; "
+            f"{r['metric']} {r['before']:.4f} -> {r['after']:.4f}"
+        )
     return 0

@@ -54,8 +54,12 @@ class Entry:
 
     def provenance(self) -> dict:
         """What a run records of it: the class path and the version of what provided it."""
-        return {"class": self.target, "origin": self.origin, "package": self.package,
-                "version": self.version}  # fmt: skip
+        return {
+            "class": self.target,
+            "origin": self.origin,
+            "package": self.package,
+            "version": self.version,
+        }
 
 
 def is_import_path(name: str) -> bool:

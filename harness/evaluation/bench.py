@@ -162,9 +162,12 @@ def own_generation_rows(engine, prompt_ids, tokens: int, large) -> list[dict]:
             n += tokens - 1
         llm.close()
         rows.append(
-            {"config": f"llama-cpp-python own greedy ({role})", "tok_s": round(n / secs, 2),
-             "vs_large_only": round(n / secs / large["tok_s"], 3)}
-        )  # fmt: skip
+            {
+                "config": f"llama-cpp-python own greedy ({role})",
+                "tok_s": round(n / secs, 2),
+                "vs_large_only": round(n / secs / large["tok_s"], 3),
+            }
+        )
     return rows
 
 

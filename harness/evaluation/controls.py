@@ -46,8 +46,10 @@ def unfinished(df, routers=CONTROL_ROUTERS) -> list[tuple[str, float]]:
     failed = df["n_failed"].fillna(0) if "n_failed" in df else 0
     done = df["n"].fillna(0) + failed
     controls = df.router.isin(routers) & (done < done.max())
-    return [(r, round(float(p), 3)) for r, p in zip(df.router[controls],
-            df.setting_value[controls], strict=True)]  # fmt: skip
+    return [
+        (r, round(float(p), 3))
+        for r, p in zip(df.router[controls], df.setting_value[controls], strict=True)
+    ]
 
 
 def aim(runs, s: float) -> float:
@@ -94,8 +96,11 @@ def needed(df, pairs: dict[str, tuple[str, ...]] | None = None) -> list[tuple[st
         have_p = {round(float(p), 3) for p in runs.setting_value}
         # (a control run started but with nothing decoded yet has no share: NaN matches nothing)
         shares = list(df[df.router.isin([control, *ENDS])].large_token_share.dropna())
-        alone = sorted(float(s) for s in df[df.router.isin(routers)].large_token_share.dropna()
-                       if all(abs(s - r) > MATCH for r in shares))  # fmt: skip
+        alone = sorted(
+            float(s)
+            for s in df[df.router.isin(routers)].large_token_share.dropna()
+            if all(abs(s - r) > MATCH for r in shares)
+        )
         while alone:
             group = [s for s in alone if s - alone[0] <= SPAN]
             alone = alone[len(group) :]

@@ -36,8 +36,22 @@ from harness.evaluation.experiment_spec import (
 )
 from harness.evaluation.sweep import DEFAULT_TARGETS, parse_targets, router_settings, setting_name
 
-__all__ = ["Anchor", "Command", "Controls", "Copy", "Note", "Publish", "Runs", "Select", "Spec",
-           "Step", "Verdicts", "load", "published", "steps"]  # fmt: skip
+__all__ = [
+    "Anchor",
+    "Command",
+    "Controls",
+    "Copy",
+    "Note",
+    "Publish",
+    "Runs",
+    "Select",
+    "Spec",
+    "Step",
+    "Verdicts",
+    "load",
+    "published",
+    "steps",
+]
 
 # --- steps --------------------------------------------------------------------------------------
 
@@ -119,8 +133,13 @@ class Verdicts:
 
     def command(self, run: str, other: str) -> tuple[str, ...]:
         """The run of `against` first: the verdict's differences are run minus other."""
-        return ("compare", str(self.folder / other), str(self.folder / run), "--json",
-                str(self.verdict(run, other)))  # fmt: skip
+        return (
+            "compare",
+            str(self.folder / other),
+            str(self.folder / run),
+            "--json",
+            str(self.verdict(run, other)),
+        )
 
 
 @dataclass(frozen=True)
@@ -211,7 +230,7 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
                 files,
                 folder / "device",
                 pub / "device" if pub else None,
-            )  # fmt: skip
+            )
         )
     fixed, left_out, in_rows = {}, set(), {r for row in spec.rows for r in row.routers}
     for router, table in spec.routers.items():
@@ -231,8 +250,15 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
             out.append(_sweep(spec, task, row, routers, fixed, models))
     if spec.anchors:
         argv = ("run", "--router", "large", *_task_opts(task, spec.anchors), *models)
-        out.append(Anchor(f"{task.name}: speed anchor, large-only on {spec.anchors} examples",
-                          folder, spec.anchors, argv, pub))  # fmt: skip
+        out.append(
+            Anchor(
+                f"{task.name}: speed anchor, large-only on {spec.anchors} examples",
+                folder,
+                spec.anchors,
+                argv,
+                pub,
+            )
+        )
     pairs: dict[str, list[str]] = {}
     for row in spec.rows:
         if row.controls:
@@ -241,12 +267,30 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
                 pairs.setdefault(row.controls, []).extend(paired)
     if pairs:
         reuse = {r for row in spec.rows if row.reuse_answers for r in row.routers}
-        argv = {c: ("sweep", "--routers", c, *_task_opts(task, task.n), *models,
-                    *(_reuse(folder) if c in reuse else ()), "--out", str(folder))
-                for c in pairs}  # fmt: skip
+        argv = {
+            c: (
+                "sweep",
+                "--routers",
+                c,
+                *_task_opts(task, task.n),
+                *models,
+                *(_reuse(folder) if c in reuse else ()),
+                "--out",
+                str(folder),
+            )
+            for c in pairs
+        }
         label = f"{task.name}: matched controls ({', '.join(pairs)})"
-        out.append(Controls(label, folder, {c: tuple(rs) for c, rs in pairs.items()}, argv,
-                            spec.control_rounds, pub))  # fmt: skip
+        out.append(
+            Controls(
+                label,
+                folder,
+                {c: tuple(rs) for c, rs in pairs.items()},
+                argv,
+                spec.control_rounds,
+                pub,
+            )
+        )
     return out
 
 
@@ -269,21 +313,33 @@ def _calibration(spec, task: Task, routers: list[str], fixed: dict, models: list
             raise UserError(f"{spec.path}: [calibration] needs decode_answers = FOLDER")
         answers = Path(cal["decode_answers"])
         calib = Task(**{**task.__dict__, "split": "calib"})
-        argv = ("run", "--router", "small", *_task_opts(calib, limit), *models, "--out",
-                str(answers))  # fmt: skip
+        argv = (
+            "run",
+            "--router",
+            "small",
+            *_task_opts(calib, limit),
+            *models,
+            "--out",
+            str(answers),
+        )
         runs = Runs((answers,), task.name, (), "calib", limit)
         out.append(Command(f"{task.name}: small's answers on calib", argv, runs))
     for router in routers:
         checkpoint = [fixed[router][k] for k in FILE_ARGS if k in fixed[router]]
-        argv = ["calibrate", "--router", router, *(["--checkpoint", *checkpoint] if checkpoint
-                                                    else [])]  # fmt: skip
+        argv = [
+            "calibrate",
+            "--router",
+            router,
+            *(["--checkpoint", *checkpoint] if checkpoint else []),
+        ]
         argv += ["--task", task.name] + (["--limit", str(limit)] if limit is not None else [])
         argv += ["--records", str(RunFolder(answers).records_path), *options(own)]
         if task.max_new_tokens:
             argv += ["--max-new-tokens", str(task.max_new_tokens)]
         target = Path(cal["out"]) / f"{router}.json"
-        out.append(Command(f"{task.name}: calibrate {router}", (*argv, "--out", str(target)),
-                           done=target))  # fmt: skip
+        out.append(
+            Command(f"{task.name}: calibrate {router}", (*argv, "--out", str(target)), done=target)
+        )
         fixed[router] = {**fixed[router], "calibration": str(target)}
     return out
 
@@ -303,8 +359,14 @@ def _sweep(spec, task: Task, row: Row, routers: list[str], fixed: dict, models: 
         names += [f"{router}__{setting_name(s)}" for s in ([pinned] if pinned else settings)]
     argv += [*_task_opts(task, task.n), *models]
     argv += [*(_reuse(folder) if row.reuse_answers else ()), "--out", str(folder)]
-    runs = Runs(tuple(folder / n for n in dict.fromkeys(names)), task.name, task.task_args,
-                task.split, task.n, published(spec, task))  # fmt: skip
+    runs = Runs(
+        tuple(folder / n for n in dict.fromkeys(names)),
+        task.name,
+        task.task_args,
+        task.split,
+        task.n,
+        published(spec, task),
+    )
     shares = f" at {', '.join(str(s) for s in row.shares)}" if row.shares else ""
     return Command(f"{task.name}: rows {', '.join(routers)}{shares}", tuple(argv), runs)
 
@@ -336,8 +398,10 @@ def _paired_step(spec: Spec, table: Mapping, v: Mapping, label: str, task: Task)
     folder, pub = spec.out / task.name, published(spec, task)
     routers = tuple(fill(table.get("routers", []), v))
     if not routers or ("compare" in table and not table.get("to")):
-        raise UserError(f"{spec.path}: a step with controls = needs routers = [...], one with "
-                        "compare = needs routers = [...] and to = FOLDER")  # fmt: skip
+        raise UserError(
+            f"{spec.path}: a step with controls = needs routers = [...], one with "
+            "compare = needs routers = [...] and to = FOLDER"
+        )
     if "compare" in table:
         against = tuple(fill(table["compare"], v))
         return Verdicts(label, folder, routers, against, Path(fill(table["to"], v)), pub)
@@ -347,14 +411,24 @@ def _paired_step(spec: Spec, table: Mapping, v: Mapping, label: str, task: Task)
         own = fill(spec.routers.get(control, {}), v)
         args = {k: a for k, a in own.items() if k != "calibrate"}
         if own.get("calibrate") and spec.calibration.get("out"):  # calibrated as in its rows
-            args.setdefault("calibration", str(Path(fill(spec.calibration["out"], v)) /
-                                               f"{control}.json"))  # fmt: skip
+            args.setdefault(
+                "calibration", str(Path(fill(spec.calibration["out"], v)) / f"{control}.json")
+            )
         fixed = [x for k, a in args.items() for x in ("--router-arg", f"{control}:{k}={text(a)}")]
-        argv[control] = ("sweep", "--routers", control, *fixed, *_task_opts(task, task.n),
-                         *models, "--out", str(folder))  # fmt: skip
+        argv[control] = (
+            "sweep",
+            "--routers",
+            control,
+            *fixed,
+            *_task_opts(task, task.n),
+            *models,
+            "--out",
+            str(folder),
+        )
     rounds = int(table.get("rounds", spec.control_rounds))
-    return Controls(label, folder, {c: routers for c in argv}, argv, rounds, pub,
-                    table.get("setting", "p"))  # fmt: skip
+    return Controls(
+        label, folder, {c: routers for c in argv}, argv, rounds, pub, table.get("setting", "p")
+    )
 
 
 def _generic_step(spec: Spec, table: Mapping, v: Mapping, i: int, task: Task | None) -> Step:
@@ -364,8 +438,13 @@ def _generic_step(spec: Spec, table: Mapping, v: Mapping, i: int, task: Task | N
     if task is not None and PAIRED & set(table):
         return _paired_step(spec, table, v, label, task)
     if "select" in table:
-        return Select(label, fill(table["select"], v), fill(table["by"], v),
-                      tuple(fill(table.get("copy", []), v)), Path(fill(table["to"], v)))  # fmt: skip
+        return Select(
+            label,
+            fill(table["select"], v),
+            fill(table["by"], v),
+            tuple(fill(table.get("copy", []), v)),
+            Path(fill(table["to"], v)),
+        )
     if "copy" in table:
         return Copy(
             label, tuple(Path(f) for f in fill(table["copy"], v)), Path(fill(table["to"], v))
@@ -380,15 +459,25 @@ def _generic_step(spec: Spec, table: Mapping, v: Mapping, i: int, task: Task | N
     if keep is not True:
         models = {k: m for k, m in models.items() if keep and k in keep}
     models = {k: m for k, m in models.items() if k not in args}
-    argv = (table["command"], *map(str, fill(table.get("positional", []), v)),
-            *options(args), *options(models))  # fmt: skip
+    argv = (
+        table["command"],
+        *map(str, fill(table.get("positional", []), v)),
+        *options(args),
+        *options(models),
+    )
     out = Path(args.get("out", spec.out))
     runs = None
     if table["command"] == "run" and "task" in args:
         limit = args.get("limit")
-        runs = Runs((out,), args["task"], tuple(args.get("task_arg", ()) or ()),
-                    args.get("split", "test"), None if limit is None else int(limit))  # fmt: skip
+        runs = Runs(
+            (out,),
+            args["task"],
+            tuple(args.get("task_arg", ()) or ()),
+            args.get("split", "test"),
+            None if limit is None else int(limit),
+        )
     done = out / fill(table["done"], v) if table.get("done") else None
     lines = int(fill(table.get("done_lines", 0), v))
-    return Command(label, argv, runs, done, table.get("done_stat", ""), lines,
-                   table.get("heavy", True))  # fmt: skip
+    return Command(
+        label, argv, runs, done, table.get("done_stat", ""), lines, table.get("heavy", True)
+    )

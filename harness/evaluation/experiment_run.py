@@ -227,8 +227,10 @@ def run(spec: Spec, execute: Execute, lock: str | None = None, say=print) -> int
             pending.append(step)
         todo = steps(spec)  # what it wrote may add steps (its checkpoint: its rows)
     left = sum(s in todo for s in pending)  # (a step expanded again since has its own)
-    say(f"experiment {spec.name}: {len(todo) - left} of {len(todo)} steps done"
-        + (f", {len(failed)} failed:" if failed else ""))  # fmt: skip
+    say(
+        f"experiment {spec.name}: {len(todo) - left} of {len(todo)} steps done"
+        + (f", {len(failed)} failed:" if failed else "")
+    )
     for head in failed:
         say(f"  {head}")
     return 1 if failed or pending else 0
@@ -247,9 +249,12 @@ def plan(spec: Spec) -> list[str]:
             isinstance(step, Anchor)
             and anchor_folder(step.task_folder, step.n, step.published) is None
         ):
-            out += [f"{head}: not needed now", "#   decided when reached: large-only into "
-                    f"{step.task_folder}/anchors/MACHINE_ID when rows were decoded on this "
-                    f"machine and large-only on fewer than {step.n} examples"]  # fmt: skip
+            out += [
+                f"{head}: not needed now",
+                "#   decided when reached: large-only into "
+                f"{step.task_folder}/anchors/MACHINE_ID when rows were decoded on this "
+                f"machine and large-only on fewer than {step.n} examples",
+            ]
             continue
         if is_done(step):
             out.append(f"{head}: done")
@@ -270,19 +275,28 @@ def plan(spec: Spec) -> list[str]:
                 )
             else:
                 routers = sorted({r for rs in step.pairs.values() for r in rs})
-                out.append(f"#   once the rows are done: {', '.join(step.argv)} by {step.setting}, "
-                           f"aimed at each {', '.join(routers)} row's share none of their rows "
-                           f"matches, up to {step.rounds} rounds")  # fmt: skip
+                out.append(
+                    f"#   once the rows are done: {', '.join(step.argv)} by {step.setting}, "
+                    f"aimed at each {', '.join(routers)} row's share none of their rows "
+                    f"matches, up to {step.rounds} rounds"
+                )
         elif isinstance(step, Verdicts):
             pairs = verdict_pairs(step) or []
-            out += [command_line(step.command(r, o)) for r, _, o in pairs
-                    if o and not step.verdict(r, o).is_file()]  # fmt: skip
-            out.append(f"#   once the rows are done: each {', '.join(step.routers)} run against "
-                       f"the {', '.join(step.against)} run nearest its share (within 2 points), "
-                       f"verdicts into {step.to}")  # fmt: skip
+            out += [
+                command_line(step.command(r, o))
+                for r, _, o in pairs
+                if o and not step.verdict(r, o).is_file()
+            ]
+            out.append(
+                f"#   once the rows are done: each {', '.join(step.routers)} run against "
+                f"the {', '.join(step.against)} run nearest its share (within 2 points), "
+                f"verdicts into {step.to}"
+            )
         elif isinstance(step, Select):
-            out.append(f"#   the folder {step.candidates} with the largest {step.metric}: "
-                       f"{', '.join(step.files)} copied into {step.to}")  # fmt: skip
+            out.append(
+                f"#   the folder {step.candidates} with the largest {step.metric}: "
+                f"{', '.join(step.files)} copied into {step.to}"
+            )
         elif isinstance(step, Copy):
             out.append(f"#   {', '.join(map(str, step.files))} copied into {step.to}")
     return out

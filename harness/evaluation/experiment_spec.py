@@ -25,8 +25,19 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, as a package
     import tomli as tomllib
 
-SECTIONS = ("experiment", "vars", "models", "tasks", "routers", "calibration", "rows", "controls",
-            "anchors", "steps", "publish")  # fmt: skip
+SECTIONS = (
+    "experiment",
+    "vars",
+    "models",
+    "tasks",
+    "routers",
+    "calibration",
+    "rows",
+    "controls",
+    "anchors",
+    "steps",
+    "publish",
+)
 FILE_ARGS = ("path", "checkpoint")  # router arguments naming a file the router cannot run without
 CONTROL_ROUNDS = 3  # a control's realized share differs from its p: a few rounds to match
 
@@ -76,8 +87,13 @@ class Spec:
     publish_to: str  # folder the edition is published into ('' for none)
 
 
-def load(path: str | Path, sets: Sequence[str] = (), out: str | None = None,
-         n: int | None = None, tasks: Sequence[str] = ()) -> Spec:  # fmt: skip
+def load(
+    path: str | Path,
+    sets: Sequence[str] = (),
+    out: str | None = None,
+    n: int | None = None,
+    tasks: Sequence[str] = (),
+) -> Spec:
     """The spec in `path`, with `out` (another folder: the spec's publish target is dropped),
     `sets` ("key.key=VALUE", the value read as TOML, else as text), `n` (every task's example
     count) and `tasks` (only those) applied."""
@@ -118,7 +134,7 @@ def load(path: str | Path, sets: Sequence[str] = (), out: str | None = None,
         models=raw.get("models", {}),
         tasks=tuple(
             _task(name, t, variables) for name, t in all_tasks.items() if not tasks or name in tasks
-        ),  # fmt: skip
+        ),
         routers=raw.get("routers", {}),
         calibration=raw.get("calibration", {}),
         rows=tuple(_row(r, path) for r in raw.get("rows", [])),
@@ -159,8 +175,13 @@ def _task(name: str, table: Mapping, variables: Mapping) -> Task:
         trained_on=table.get("trained_on", name),
         vars={},
     )
-    own = {"task": name, "n": task.n, "split": task.split, "trained_on": task.trained_on,
-           "task_args": list(task.task_args)}  # fmt: skip
+    own = {
+        "task": name,
+        "n": task.n,
+        "split": task.split,
+        "trained_on": task.trained_on,
+        "task_args": list(task.task_args),
+    }
     return Task(**{**task.__dict__, "vars": {**variables, **table, **own}})
 
 

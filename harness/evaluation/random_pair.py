@@ -15,19 +15,45 @@ from harness.backends.hf import HFBackend
 from harness.core.records import ModelInfo
 
 QWEN_CODER_SHAPES = {
-    "small": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-              "num_attention_heads": 14, "num_key_value_heads": 2},
-    "large": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
-              "num_attention_heads": 12, "num_key_value_heads": 2},
-}  # fmt: skip
-QWEN_COMMON = {"vocab_size": 151936, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
-               "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu"}  # fmt: skip
+    "small": {
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+    },
+    "large": {
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+    },
+}
+QWEN_COMMON = {
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+}
 TINY_SHAPES = {
-    "small": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2},
-    "large": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
-              "num_attention_heads": 4, "num_key_value_heads": 2},
-}  # fmt: skip
+    "small": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    },
+    "large": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    },
+}
 TINY_COMMON = {"vocab_size": 256, "max_position_embeddings": 512, "tie_word_embeddings": False}
 
 
@@ -65,11 +91,14 @@ def hf_backend(model, role: str, n_ctx: int) -> HFBackend:
 
     size = next(model.parameters()).element_size()
     info = ModelInfo(
-        name=role, source=f"random:{model.config.hidden_size}x{model.config.num_hidden_layers}",
-        device=str(next(model.parameters()).device), dtype=str(model.dtype).replace("torch.", ""),
-        n_params=sum(p.numel() for p in model.parameters()), weight_bytes=models.weight_bytes(model),
+        name=role,
+        source=f"random:{model.config.hidden_size}x{model.config.num_hidden_layers}",
+        device=str(next(model.parameters()).device),
+        dtype=str(model.dtype).replace("torch.", ""),
+        n_params=sum(p.numel() for p in model.parameters()),
+        weight_bytes=models.weight_bytes(model),
         kv_bytes_per_token=models.kv_bytes_per_token(model.config, size),
-    )  # fmt: skip
+    )
     return HFBackend(model, info, n_ctx=n_ctx)
 
 
@@ -128,6 +157,7 @@ def llamacpp_backends(files: dict, devices: dict, b: int, n_ctx: int, threads: i
     out = {}
     for role, path in files.items():
         info = gguf_info(path, role, f"random:{path.name}", device=devices[role])
-        out[role] = LlamaCppBackend(path, info, threads=threads, n_ctx=n_ctx, n_seq=b,
-                                    device=devices[role])  # fmt: skip
+        out[role] = LlamaCppBackend(
+            path, info, threads=threads, n_ctx=n_ctx, n_seq=b, device=devices[role]
+        )
     return out

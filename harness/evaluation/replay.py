@@ -132,11 +132,13 @@ def _replay(engine, router, job, answer: Generation, small, large, seconds):
         large_next.append(small_next[-1] if small_next[-1] in eos else eos[0])
     clock, start = ModeledClock(), len(prompt)
     models = {
-        "small": Replayed("small", prompt + ids, small_next, start, n_vocab, small.info, clock,
-                          seconds),
-        "large": Replayed("large", prompt + large_next, large_next, start, n_vocab, large.info,
-                          clock, seconds),
-    }  # fmt: skip
+        "small": Replayed(
+            "small", prompt + ids, small_next, start, n_vocab, small.info, clock, seconds
+        ),
+        "large": Replayed(
+            "large", prompt + large_next, large_next, start, n_vocab, large.info, clock, seconds
+        ),
+    }
     cfg = job.cfg if job.cfg.eos_ids else job.cfg.__class__(**{**job.cfg.__dict__, "eos_ids": eos})
     gen = generate(models, router, prompt, cfg, engine.decode, clock)
     if gen.token_ids != answer.token_ids:
@@ -236,13 +238,27 @@ def replay_timed(
     before = sum(st["kept"][:-1]) + sum(st["large_tokens"][:-1])
     by_small = ended and len(ids) - before < st["kept"][-1]
     last = len(st["drafted"]) - 1
-    guard = {"small": {"end": eos_id if ended else None,
-                       "may_end": lambda: by_small and router.i == last}}  # fmt: skip
+    guard = {
+        "small": {
+            "end": eos_id if ended else None,
+            "may_end": lambda: by_small and router.i == last,
+        }
+    }
     models = {
-        role: Shadowed(s, role, prompt + nxt, nxt, len(prompt), s.n_vocab, s.info,
-                       ModeledClock(), lambda r, n: 0.0, **guard.get(role, {}))
+        role: Shadowed(
+            s,
+            role,
+            prompt + nxt,
+            nxt,
+            len(prompt),
+            s.n_vocab,
+            s.info,
+            ModeledClock(),
+            lambda r, n: 0.0,
+            **guard.get(role, {}),
+        )
         for role, s in shadows.items()
-    }  # fmt: skip
+    }
     if gen["stop_reason"] == "stop_string":  # no text here: stop where the run stopped
         max_new_tokens = len(ids)
     eos = () if eos_id is None else (eos_id,)

@@ -135,8 +135,9 @@ def covered(by: Sums, large: Iterable[str], quiet_large: Sums | None = None) -> 
     """Per run, the examples `vs_large`'s ratio is over: those decoded on a machine where some
     large-only run decoded too."""
     rate = large_rates(by, large, quiet_large)
-    return {name: sum(d["examples"] for m, d in per.items() if m in rate)
-            for name, per in by.items()}  # fmt: skip
+    return {
+        name: sum(d["examples"] for m, d in per.items() if m in rate) for name, per in by.items()
+    }
 
 
 def large_rates(
@@ -161,8 +162,9 @@ def large_pool(
     large = list(large)
     out = {}
     for machine in sorted({m for name in large for m in by.get(name, {})}):
-        calm = [(n, quiet_large[n][machine]) for n in large
-                if machine in (quiet_large or {}).get(n, {})]  # fmt: skip
+        calm = [
+            (n, quiet_large[n][machine]) for n in large if machine in (quiet_large or {}).get(n, {})
+        ]
         tokens, wall = _sums(calm)
         if tokens > 0 and wall > 0:
             out[machine] = (True, calm)

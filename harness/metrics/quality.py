@@ -114,8 +114,9 @@ def ratio_ci(
     pair together), e.g. tokens per second over examples; the draws are `bootstrap_ci`'s.
     Example: num [2, 2], den [1, 1] -> (2.0, 2.0)."""
     a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    return bootstrap_statistic(a.size, lambda idx: a[idx].sum(axis=1) / b[idx].sum(axis=1),
-                               n_boot, 0.95, seed)  # fmt: skip
+    return bootstrap_statistic(
+        a.size, lambda idx: a[idx].sum(axis=1) / b[idx].sum(axis=1), n_boot, 0.95, seed
+    )
 
 
 def bootstrap_statistic(

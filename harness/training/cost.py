@@ -24,8 +24,15 @@ from harness.files import load_torch_file
 from harness.training.common import COST_LOG, total_cost
 from harness.training.reward_data import DATA_MANIFEST
 
-HEADER = ("folder", "command", "examples", "invocations", "wall hours", "CPU hours",
-          "tokens generated")  # fmt: skip
+HEADER = (
+    "folder",
+    "command",
+    "examples",
+    "invocations",
+    "wall hours",
+    "CPU hours",
+    "tokens generated",
+)
 
 CHECKPOINTS = ("reward.pt", "citer.pt", "query.pt", "learned.pt", "r2r.pt")
 
@@ -63,17 +70,32 @@ def rows(root: Path) -> list[tuple[str, ...]]:
         cpu = f"{c['cpu_s'] / 3600:.2f}" if c["invocations"] > c["without_cpu"] else "—"
         if c["without_cpu"] and cpu != "—":
             cpu += f" ({c['invocations'] - c['without_cpu']} of {c['invocations']} invocations)"
-        out.append((str(folder.relative_to(root)) or ".", ", ".join(commands), examples(folder),
-                    str(c["invocations"]), f"{c['wall_s'] / 3600:.2f}", cpu,
-                    f"{c['tokens_generated']:,}"))  # fmt: skip
+        out.append(
+            (
+                str(folder.relative_to(root)) or ".",
+                ", ".join(commands),
+                examples(folder),
+                str(c["invocations"]),
+                f"{c['wall_s'] / 3600:.2f}",
+                cpu,
+                f"{c['tokens_generated']:,}",
+            )
+        )
     for run in finished_runs(root):
         s = run.summary()
         n, per_hour = s.get("n") or 0, s.get("examples_per_hour") or math.nan
         tokens = round((s.get("tokens_per_example") or 0) * n)
-        out.append((str(run.path.relative_to(root)), f"run ({s.get('router')}, "
-                    f"{s.get('split')})", f"{n} {s.get('task')} examples", "—",
-                    f"{n / per_hour:.2f}" if per_hour == per_hour else "—", "—",
-                    f"{tokens:,}"))  # fmt: skip
+        out.append(
+            (
+                str(run.path.relative_to(root)),
+                f"run ({s.get('router')}, {s.get('split')})",
+                f"{n} {s.get('task')} examples",
+                "—",
+                f"{n / per_hour:.2f}" if per_hour == per_hour else "—",
+                "—",
+                f"{tokens:,}",
+            )
+        )
     return out
 
 

@@ -167,8 +167,13 @@ def _fit(train: Pairs, test: Pairs, cfg: TrainConfig, path: Path, key: dict, eve
     from tqdm import tqdm
 
     state = _resume(path, key)
-    bar = tqdm(total=cfg.epochs, initial=state["epoch"] if state else 0, desc="train-reward",
-               unit="epoch", file=sys.stderr)  # fmt: skip
+    bar = tqdm(
+        total=cfg.epochs,
+        initial=state["epoch"] if state else 0,
+        desc="train-reward",
+        unit="epoch",
+        file=sys.stderr,
+    )
 
     def on_epoch(s: dict) -> None:
         bar.update(1)
@@ -261,13 +266,19 @@ def train(args) -> int:
     out = Path(args.out)
     d = HEAD_DEFAULTS[args.head]
     cfg = TrainConfig(
-        args.epochs or d["epochs"], args.lr or d["lr"], args.l2 or 0.0, args.batch_size,
-        args.seed, args.head,
-    )  # fmt: skip
+        args.epochs or d["epochs"],
+        args.lr or d["lr"],
+        args.l2 or 0.0,
+        args.batch_size,
+        args.seed,
+        args.head,
+    )
     done = _finished(out, key, cfg, args)
     if done is not None:
-        print(f"{out / 'metrics.json'}: already trained with these settings (another --out, or "
-              "delete it, to train again)")  # fmt: skip
+        print(
+            f"{out / 'metrics.json'}: already trained with these settings (another --out, or "
+            "delete it, to train again)"
+        )
         _summary(out, done)
         nothing_to_do()
         return 0
@@ -290,8 +301,10 @@ def train(args) -> int:
             cv = {float(k): v for k, v in saved["cv"].items()}
             print(f"--l2 chosen by 5-fold cross-validation before ({cv_path})")
         else:
-            print(f"choosing --l2 from {grid} (grown past an end while that end is best) by "
-                  "5-fold cross-validated preference accuracy over training prompts")  # fmt: skip
+            print(
+                f"choosing --l2 from {grid} (grown past an end while that end is best) by "
+                "5-fold cross-validated preference accuracy over training prompts"
+            )
             cv = select_l2(train, cfg, grid)[1]
             _atomic_write(cv_path, json.dumps({"key": cv_key, "cv": cv}, indent=1) + "\n")
             if (out / "train_state.pt").exists():  # trained with another search's choice

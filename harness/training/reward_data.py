@@ -173,8 +173,10 @@ def synthesize(engine, prompts: list[tuple], cfg: SynthConfig, path: Path) -> in
 
     done = {r["id"] for r in read_pairs(path)}
     todo = [(t, ex) for t, ex in prompts if ex.id not in done]
-    print(f"{path}: {len(prompts) - len(todo)} of {len(prompts)} prompts done, {len(todo)} to go",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"{path}: {len(prompts) - len(todo)} of {len(prompts)} prompts done, {len(todo)} to go",
+        file=sys.stderr,
+    )
     plans = {ex.id: _plan(engine, t, ex, cfg) for t, ex in todo}
     jobs = job_order([js for _, js, _ in plans.values()], 2 * engine.batch)
     gens: dict[str, dict] = {}

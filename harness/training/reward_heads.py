@@ -173,12 +173,16 @@ def train_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on_epo
         opt.load_state_dict(state["optimizer"])
         start = state["epoch"]
     return _epochs(
-        train, scale, cfg, start, on_epoch,
+        train,
+        scale,
+        cfg,
+        start,
+        on_epoch,
         score=lambda x: x @ w,
         penalty=lambda: (w * w).sum(),
         opt=opt,
         snapshot=lambda epoch: _state(epoch, w, scale, opt),
-    )  # fmt: skip
+    )
 
 
 def train_mlp_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on_epoch=None):
@@ -198,16 +202,21 @@ def train_mlp_head(train: Pairs, cfg: TrainConfig, state: dict | None = None, on
         opt.load_state_dict(state["optimizer"])
         start = state["epoch"]
     return _epochs(
-        train, scale, cfg, start, on_epoch,
+        train,
+        scale,
+        cfg,
+        start,
+        on_epoch,
         score=lambda x: net(x).squeeze(-1),
         penalty=lambda: net[0].weight.pow(2).sum() + net[2].weight.pow(2).sum(),
         opt=opt,
         snapshot=lambda epoch: _mlp_state(epoch, net, scale, opt),
-    )  # fmt: skip
+    )
 
 
-def _epochs(train: Pairs, scale, cfg: TrainConfig, start: int, on_epoch, *, score, penalty, opt,
-            snapshot) -> dict:  # fmt: skip
+def _epochs(
+    train: Pairs, scale, cfg: TrainConfig, start: int, on_epoch, *, score, penalty, opt, snapshot
+) -> dict:
     """The minibatch loop both heads share: epochs start..cfg.epochs of Adam on the pairwise
     loss of `score` over standardized features plus cfg.l2 * penalty(); epoch e shuffles with
     seed cfg.seed + e; `snapshot(epoch)` is the state after an epoch, passed to `on_epoch`."""
