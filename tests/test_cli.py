@@ -266,7 +266,7 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
     assert "NaN" not in summary  # strict JSON: undefined values are null
     entropy = json.loads((tmp_path / "demo" / "mbpp" / "entropy" / "manifest.json").read_text())
     assert entropy["router_args"]["calibration"].endswith("routers/data/mbpp-entropy.json")
-    from harness.backends.batch_size import machine_id
+    from harness.backends.machine import machine_id
 
     ids = {json.loads((tmp_path / "demo" / "mbpp" / r / "manifest.json").read_text())
            ["sessions"][0]["machine"]["id"] for r in ("small", "large", "entropy")}  # fmt: skip
