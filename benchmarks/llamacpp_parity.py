@@ -15,7 +15,7 @@ new tokens, the same GGUF file and threads on both sides:
 tok/s = completion tokens / wall seconds of the whole call (template, tokenization, prefill,
 decoding, text). Rounds interleave every row (core, library, core, ...) so a slow spell slows
 both; a row run while other processes kept more than --busy-cores cores busy (/proc/stat,
-`harness.backends.batch_size.Contention`) is run again, up to --tries times, keeping the least
+`harness.backends.contention.Contention`) is run again, up to --tries times, keeping the least
 contended (the JSON keeps the cores others used during each kept row). Each row's median over
 the rounds is reported with the rounds themselves, and the ratios core / library of the
 medians. The per-token overhead of entropy and confidence is 1 / tok_s(router) -
@@ -74,7 +74,7 @@ def library_row(llm, messages, tokens: int) -> tuple[int, float]:
 def quiet(run, limit: float, tries: int):
     """(run()'s result, the cores others kept busy meanwhile): retried while that was more than
     `limit`, up to `tries` times; the least contended try is kept."""
-    from harness.backends.batch_size import Contention
+    from harness.backends.contention import Contention
 
     best = None
     for _ in range(tries):

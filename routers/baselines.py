@@ -17,7 +17,7 @@ class RandomRouter(TokenRouter):
     """
 
     name = "random"
-    small_logits = "none"  # reads nothing of q
+    small_logits = "argmax"  # reads nothing of q
 
     def __init__(self, p: float = 0.5):
         if not 0.0 <= p <= 1.0:

@@ -136,7 +136,7 @@ class Citer(ScoreRouter):
         self.small_backend = ckpt.get("small_backend", "hf")  # older checkpoints: transformers
 
     def needs(self) -> Needs:
-        return Needs(draft_len=self.draft_len, small_hidden=True, small_logits="none")
+        return Needs(draft_len=self.draft_len, small_hidden=True, small_logits="argmax")
 
     @torch.inference_mode()
     def scores(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -73,7 +73,7 @@ class RewardRouter(ScoreRouter):
         return cls(**{"threshold": math.inf, **args})
 
     def needs(self) -> Needs:
-        return Needs(draft_len=self.draft_len, reward=True, small_logits="none")
+        return Needs(draft_len=self.draft_len, reward=True, small_logits="argmax")
 
     def token_scores(self, view: StepView) -> torch.Tensor:
         return view.reward

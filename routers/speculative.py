@@ -11,7 +11,7 @@ exactly as large's own sampling; at temperature 0 it equals large's greedy outpu
 
 With `adaptive=true` k is chosen each step for the most expected tokens per second from the
 acceptance rate so far and the machine's measured pass costs (the CLI measures them once per
-machine, `harness.backends.batch_size.pass_costs`), k = 0 (large alone) included;
+machine, `harness.backends.pass_costs.pass_costs`), k = 0 (large alone) included;
 `schedule=heuristic` follows HF's heuristic k schedule instead.
 
 Notation, as in the paper and `harness.core.router`: q = small's next-token distribution, p = large's,
@@ -116,7 +116,7 @@ class Speculative(Router):
     `adaptive=true` adapts k within a generation; each prompt starts again from `k`.
     - `schedule=cost` (the default), from `costs`: seconds of one pass of n tokens per role,
       {"small": {n: s}, "large": {n: s}}, which the CLI measures once per machine
-      (`harness.backends.batch_size.pass_costs`, through `backends(engine)`) unless given. After each step
+      (`harness.backends.pass_costs.pass_costs`, through `backends(engine)`) unless given. After each step
       the acceptance rate alpha is re-estimated (accepted drafts over accepted + rejections, from
       a 0.75 prior worth four tokens) and k is the `best_k` for alpha, up to `max_k`. When the
       best is k = 0 (after at least 6 verify steps) speculation cannot pay on this machine at this
@@ -190,7 +190,7 @@ class Speculative(Router):
 
     def backends(self, engine) -> dict:
         """No models of its own; an adaptive router without a cost table gets this machine's
-        (measured once per machine and models, then cached: `harness.backends.batch_size.pass_costs`)."""
+        (measured once per machine and models, then cached: `harness.backends.pass_costs.pass_costs`)."""
         if self.adaptive and self.schedule == "cost" and self.costs is None:
             self.costs = engine.pass_costs()
         return {}

@@ -2,9 +2,9 @@
 
 Prompt: Qwen's own math-evaluation format (Qwen2.5-Math's evaluation code, prompt type
 "qwen25-math-cot"): the system turn "Please reason step by step, and put your final answer
-within \\boxed{}." and the bare question as the user turn, zero-shot. The first release asked
-for a final "#### <number>" line instead; the 0.5B model then answered a bare "#### N" without
-reasoning (accuracy 0.075 on 40 test examples) and the 1.5B was cut at a 200-256-token budget
+within \\boxed{}." and the bare question as the user turn, zero-shot. A prompt asking
+for a final "#### <number>" line instead made the 0.5B model answer a bare "#### N" without
+reasoning (accuracy 0.075 on 40 test examples) and left the 1.5B cut at a 200-256-token budget
 before its answer. With this prompt the same 40 gave 0.25 / 0.60 (shared/data.md).
 
 Scores (all compared after dropping ",", "$" and a trailing "."):
@@ -42,13 +42,6 @@ FLEXIBLE_PATTERN = r"(-?[$0-9.,]{2,})|(-?[0-9]+)"
 IGNORE = (",", "\\$", "(?s).*#### ", "\\.$")
 
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
-# The first release's single user turn, superseded (its published runs used it: git f59cb5c);
-# kept for scripts/gsm8k_prompt_check.py and to reproduce those runs.
-FIRST_RELEASE_PROMPT = (
-    "Solve the following math problem step by step. "
-    'End your response with a final line of the form "#### <number>", '
-    "where <number> is the final answer.\n\n{question}"
-)
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _FRAC = re.compile(r"\\[dt]?frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}")

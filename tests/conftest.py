@@ -23,7 +23,7 @@ if (_user_cache / "bin" / "llama-server").is_file():
 os.environ["HYBRIDBENCH_CACHE"] = tempfile.mkdtemp(prefix="hybridbench-test-cache-")
 atexit.register(shutil.rmtree, os.environ["HYBRIDBENCH_CACHE"], ignore_errors=True)
 
-# timings of tiny models are cached whatever else runs (harness.backends.batch_size.measured_quietly);
+# timings of tiny models are cached whatever else runs (harness.backends.contention.measured_quietly);
 # tests/test_batching.py checks the contended case with this set back
 os.environ["HYBRIDBENCH_BUSY_CORES"] = "inf"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -390,28 +390,28 @@ def test_contention_is_measured_and_a_busy_machine_is_not_cached(tmp_path, monke
     import sys
     import time
 
-    from harness.backends import batch_size as batching
+    from harness.backends import contention
 
-    if batching._cpu_seconds_all() is None:
+    if contention._cpu_seconds_all() is None:
         pytest.skip("no /proc/stat here")
     # a real busy process beside a sleeping measurement: about one core used elsewhere
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.3)
-        with batching.Contention() as c:
+        with contention.Contention() as c:
             time.sleep(1.0)
     finally:
         busy.kill()
     assert c.others_cores is not None and c.others_cores > 0.5
-    monkeypatch.setenv("HYBRIDBENCH_BUSY_CORES", str(batching.BUSY_CORES))
+    monkeypatch.setenv("HYBRIDBENCH_BUSY_CORES", str(contention.BUSY_CORES))
     clock = iter(range(0, 10**6, 1000))  # /proc/stat as if 1,000 CPU s passed every read
-    monkeypatch.setattr(batching, "_cpu_seconds_all", lambda: float(next(clock)))
+    monkeypatch.setattr(contention, "_cpu_seconds_all", lambda: float(next(clock)))
     calls = []
-    record = batching.measured_quietly("x", lambda: calls.append(1) or {"v": 1}, tmp_path / "a")
-    assert len(calls) == batching.TRIES and record["others_cores"] > batching.BUSY_CORES
+    record = contention.measured_quietly("x", lambda: calls.append(1) or {"v": 1}, tmp_path / "a")
+    assert len(calls) == contention.TRIES and record["others_cores"] > contention.BUSY_CORES
     assert not (tmp_path / "a").exists() and "not cached" in capsys.readouterr().err
-    monkeypatch.setattr(batching, "_cpu_seconds_all", lambda: 5.0)  # nothing else ran
-    record = batching.measured_quietly("x", lambda: {"v": 2}, tmp_path / "b")
+    monkeypatch.setattr(contention, "_cpu_seconds_all", lambda: 5.0)  # nothing else ran
+    record = contention.measured_quietly("x", lambda: {"v": 2}, tmp_path / "b")
     assert record == {"v": 2, "others_cores": 0.0}
     assert json.loads((tmp_path / "b").read_text()) == record
 

@@ -255,7 +255,7 @@ def test_citer_share_recalibrates_tau(tmp_path):
     assert get_router("citer", {"path": path, "share": 0.5, "threshold": 0.7}).threshold == 0.7
     assert get_router("citer", {"path": path}).threshold == 0.5
     needs = get_router("citer", {"path": path}).needs()
-    assert needs.small_hidden and needs.small_logits == "none"  # its hidden state, not q
+    assert needs.small_hidden and needs.small_logits == "argmax"  # its hidden state, not q
     from routers.citer import Citer
 
     assert Citer.sweep_settings([0.1, 0.35]) == [{"share": 0.1}, {"share": 0.35}]

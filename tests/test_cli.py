@@ -266,7 +266,7 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
     assert "NaN" not in summary  # strict JSON: undefined values are null
     entropy = json.loads((tmp_path / "demo" / "mbpp" / "entropy" / "manifest.json").read_text())
     assert entropy["router_args"]["calibration"].endswith("routers/data/mbpp-entropy.json")
-    from harness.backends.batch_size import machine_id
+    from harness.backends.machine import machine_id
 
     ids = {json.loads((tmp_path / "demo" / "mbpp" / r / "manifest.json").read_text())
            ["sessions"][0]["machine"]["id"] for r in ("small", "large", "entropy")}  # fmt: skip
@@ -278,9 +278,25 @@ def test_demo_says_why_a_router_cannot_run():
     """A router the demo has no file for is named with the reason, not run."""
     from harness.cli.demo import router_args
 
-    assert router_args("citer", "gsm8k", 0.2) == "no published CITER router for gsm8k"
+    assert router_args("citer", "arc", 0.2) == "no published CITER router for arc"
     assert "no shipped entropy calibration" in router_args("entropy", "gsm8k", 0.2)
     assert router_args("random", "mbpp", 0.2) == ["p=0.2"]
+
+
+def test_demo_runs_the_citer_files_the_published_edition_ran():
+    """The demo's CITER row takes its checkpoint and calibration from the published runs'
+    router arguments, as stored under reports/published/routers/ (same bytes as the runs used)."""
+    from harness.cli.demo import PUBLISHED, published_runs, router_args
+    from harness.files import file_sha256
+
+    args = dict(a.split("=", 1) for a in router_args("citer", "mbpp", 0.2))
+    runs = published_runs("mbpp")
+    used = json.loads(runs.loc[runs["router"] == "citer", "router_args"].iloc[0])
+    listed = json.loads((PUBLISHED / "routers" / "files.json").read_text())
+    for key in ("path", "calibration"):
+        entry = listed[Path(args[key]).name]
+        assert entry["used_as"] == used[key] and file_sha256(args[key]) == entry["sha256"]
+    assert args["target_share"] == "0.2"
 
 
 def test_bench_decode_prints_measured_and_predicted(pair, tmp_path, capsys):

@@ -215,3 +215,17 @@ def test_summaries_give_the_tokens_and_decisions_of_full_rows(pair):
         assert (a.token_ids, a.provenance) == (b.token_ids, b.provenance)
         shares.add(sum(a.provenance))
     assert len(shares) > 1  # the thresholds do decide differently
+
+
+def test_small_logits_speaks_the_levels_of_stats():
+    """`Needs.small_logits` takes the levels a model call returns (`full`, `stats`, `argmax`),
+    the one vocabulary of harness/core/stats.py; another word is refused, naming the levels."""
+    from harness.core.router import Needs
+    from harness.core.stats import LEVELS
+
+    for level in LEVELS:
+        assert Needs(small_logits=level).small_logits == level
+    with pytest.raises(ValueError, match='"none" is spelled "argmax"'):
+        Needs(small_logits="none")
+    with pytest.raises(ValueError, match="must be one of"):
+        Needs(small_logits="rows")

@@ -88,7 +88,7 @@ def test_threshold_minus_inf_equals_small_greedy(models, greedy):
 
 def test_reads_the_reward_not_small_logits():
     needs = RewardRouter(threshold=0.0).needs()
-    assert needs.reward and needs.small_logits == "none"  # small's argmax only
+    assert needs.reward and needs.small_logits == "argmax"  # small's argmax only
 
 
 def test_threshold_plus_inf_equals_large_greedy(models, greedy):

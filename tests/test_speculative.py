@@ -267,8 +267,8 @@ def test_sampled_output_is_distributed_as_large(temperature, top_p, args):
 
 
 def test_pass_costs_are_measured_once_and_feed_the_schedule(pair, tmp_path, monkeypatch):
-    from harness.backends.batch_size import PASS_SIZES, pass_costs
     from harness.backends.engine import Engine
+    from harness.backends.pass_costs import PASS_SIZES, pass_costs
 
     monkeypatch.setenv("HYBRIDBENCH_CACHE", str(tmp_path))
     engine = Engine(None, pair)

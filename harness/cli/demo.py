@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import math
@@ -30,9 +31,6 @@ from harness.core.run_folder import RunFolder
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "reports" / "published"
 ROUTER_DATA = ROOT / "routers" / "data"
-CITER = {  # task -> (checkpoint, calibration) of the published CITER router, in PUBLISHED/routers
-    "mbpp": ("517f3f60d635-citer.pt", "33eb520d9f82-citer.json"),
-}
 DEMO_ROUTERS = "small,large,random,entropy,citer"
 DEMO_TOKENS = 128  # a bound on time (a looping answer): the first 8 mbpp answers are shorter
 DEMO_N_CTX = 1024  # per sequence: mbpp's prompt and DEMO_TOKENS fit
@@ -68,9 +66,10 @@ def router_args(name: str, task: str, share: float) -> list[str] | str:
             return f"no shipped entropy calibration for {task} (routers/data/)"
         return [f"target_share={share:g}", f"calibration={cal}"]
     if name == "citer":
-        if task not in CITER:
+        files = published_citer(task)
+        if files is None:
             return f"no published CITER router for {task}"
-        ckpt, cal = (PUBLISHED / "routers" / f for f in CITER[task])
+        ckpt, cal = files
         if not (ckpt.is_file() and cal.is_file()):
             return f"the published CITER checkpoint is not here ({ckpt}: a clone has it)"
         return [f"path={ckpt}", f"target_share={share:g}", f"calibration={cal}"]
@@ -155,16 +154,43 @@ def _run_shared(argv: list[str], shared: dict) -> int:
         return 0 if evaluate(spec, engine=engine).n_failed == 0 else 1
 
 
+@functools.cache
+def published_runs(task: str):
+    """The published edition's runs of `task` (reports.load.load_runs of PUBLISHED/TASK); None
+    where the edition is not in the tree."""
+    from reports.load import load_runs
+
+    folder = PUBLISHED / task
+    return load_runs(folder) if folder.is_dir() else None
+
+
+def published_citer(task: str) -> tuple[Path, Path] | None:
+    """(checkpoint, calibration) of the CITER router the published edition ran on `task`: the
+    files its runs name in their router arguments, found under the copies PUBLISHED/routers/
+    keeps of them (routers/files.json: stored name -> the path the runs used); None where no
+    published run of `task` is a CITER run."""
+    df = published_runs(task)
+    rows = [] if df is None else df.loc[df["router"] == "citer", "router_args"]
+    if len(rows) == 0:
+        return None
+    used = json.loads(rows.iloc[0])
+    index = PUBLISHED / "routers" / "files.json"
+    stored = json.loads(index.read_text()) if index.is_file() else {}
+    by_use = {v["used_as"]: name for name, v in stored.items()}
+    return tuple(
+        PUBLISHED / "routers" / by_use.get(used[k], Path(used[k]).name)
+        for k in ("path", "calibration")
+    )
+
+
 def published_gaps(task: str, share: float) -> dict[str, float]:
     """The gap each demo router recovered in the published edition (PUBLISHED/TASK), at the
     same setting: router -> PGR; {} where the edition is not in the tree."""
     from harness.metrics.frontier import pgr
-    from reports.load import load_runs
 
-    folder = PUBLISHED / task
-    if not folder.is_dir():
+    df = published_runs(task)
+    if df is None:
         return {}
-    df = load_runs(folder)
     ref = {r: df.loc[df["router"] == r, "quality"].mean() for r in ("small", "large")}
     wanted = {"random": ("p", share), "entropy": ("target_share", share),
               "citer": ("target_share", share)}  # fmt: skip

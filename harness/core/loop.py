@@ -36,7 +36,7 @@ from harness.core.backend import Backend
 from harness.core.records import ForwardRecord, Generation, StepRecord
 from harness.core.reuse import reused_answer
 from harness.core.router import Decision, LargeOnly, QueryView, Router, SmallOnly, StepView
-from harness.core.stats import FULL, at_level, holds, level_for, next_token, stack
+from harness.core.stats import ARGMAX, FULL, at_level, holds, level_for, next_token, stack
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def rollback(run: GenerationState, n_valid: int) -> None:
 
 def route_query(run: GenerationState, router: Router, gen, temperature: float) -> str:
     """Query routers: small's prefill (reused if small answers) gives the prompt feature."""
-    level = level_for("none", temperature)
+    level = level_for(ARGMAX, temperature)
     _, h = yield from catch_up(run, "small", run.tokens, run.n_prompt, True, level=level)
     view = QueryView(torch.tensor(run.tokens), h.mean(dim=0), gen)
     return "large" if router.route_query(view) else "small"
@@ -233,7 +233,7 @@ def decode_steps(
                 if p is not None:
                     row = p[d.keep]
                 else:
-                    level = level_for("none", cfg.temperature)  # large's token only
+                    level = level_for(ARGMAX, cfg.temperature)  # large's token only
                     out, _ = yield from catch_up(run, "large", run.tokens, 1, level=level)
                     row = out[0]
                 tok = next_token(row, cfg.temperature, cfg.top_p, gen)

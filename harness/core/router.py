@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.core.stats import STATS, TokenStats, summarize
+from harness.core.stats import ARGMAX, FULL, STATS, TokenStats, summarize
 
-SMALL_LOGITS = ("full", "stats", "none")  # Needs.small_logits: what of q a router reads
+SMALL_LOGITS = (FULL, STATS, ARGMAX)  # Needs.small_logits: what of q a router reads (stats.LEVELS)
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,16 @@ class Needs:
     reward: bool = False  # reward-model score of each drafted token
     query: bool = False  # a query-level router: route_query() once per prompt, then no decide()
     # what of q the view holds: "full" rows (view.small_logits), "stats" (view.small_stats:
-    # argmax, top-1 probability, entropy, top-2 margin, computed where the logits are) or "none"
-    # (the draft only). Only "full" copies whole vocabulary rows to the host every step; at
+    # argmax, top-1 probability, entropy, top-2 margin, computed where the logits are) or
+    # "argmax" (the draft only). Only "full" copies whole vocabulary rows to the host every step; at
     # temperature > 0 the rows are there whatever this says (sampling reads them).
     small_logits: str = "full"
 
     def __post_init__(self):
         if self.small_logits not in SMALL_LOGITS:
+            hint = ' ("none" is spelled "argmax")' if self.small_logits == "none" else ""
             raise ValueError(
-                f"small_logits must be one of {SMALL_LOGITS}, got {self.small_logits!r}"
+                f"small_logits must be one of {SMALL_LOGITS}, got {self.small_logits!r}{hint}"
             )
 
 
@@ -183,7 +184,7 @@ class SmallOnly(Router):
     name = "small"
 
     def needs(self) -> Needs:
-        return Needs(draft_len=1, small_logits="none")
+        return Needs(draft_len=1, small_logits="argmax")
 
     def decide(self, view: StepView) -> Decision:
         return Decision(keep=len(view.draft), defer=False)

@@ -83,7 +83,7 @@ def summarize(logits: torch.Tensor, level: str = STATS) -> TokenStats:
 
 def level_for(reads: str, temperature: float) -> str:
     """The level to ask a model for when its reader reads `reads` of it (`Needs.small_logits`:
-    "full", "stats" or "none"): sampling at temperature > 0 reads the full rows."""
+    "full", "stats" or "argmax"): sampling at temperature > 0 reads the full rows."""
     if temperature > 0 or reads == "full":
         return FULL
     return STATS if reads == "stats" else ARGMAX

@@ -7,7 +7,7 @@ prompts, small's greedy token at every position of that answer from ONE teacher-
 small over prompt + answer. The core's own decode loop then runs the oracle over `Replayed`
 models that return those tokens (as one-hot rows), so provenance, steps and forwards come out as
 decoding gives them, and a modeled clock advances each pass by what a pass of that size costs on
-this machine (`harness.backends.batch_size.pass_costs`), so the row's timers and throughput are modeled
+this machine (`harness.backends.pass_costs.pass_costs`), so the row's timers and throughput are modeled
 (marked so in the summary). Only the oracle with one drafted token per step replays exactly:
 small then only ever reads emitted tokens, which are large's answer.
 
@@ -98,7 +98,7 @@ def oracle_generations(engine, router, jobs, reuse: dict) -> Iterator[tuple[Job,
     "spent"); a job without one is decoded as usual."""
     import time
 
-    from harness.backends.batch_size import pass_costs
+    from harness.backends.pass_costs import pass_costs
     from routers.speculative import seconds_for
 
     if getattr(router, "draft_len", 1) != 1:

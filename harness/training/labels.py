@@ -68,7 +68,6 @@ LABEL_SOURCES = (
     *("critical", "neutral"),  # critical-divergence labels (harness.training.critical)
 )
 SMALL_MATCH, LARGE_MATCH, ROLLOUT, AGREE, DISAGREE, UNLABELLED = range(6)
-MODES = ("reference", "label_free")
 COLUMNS = (
     "example",
     "position",
