@@ -70,8 +70,11 @@ def build(cls: type, name: str, args: dict | None = None, factory=None, plugin: 
     constructor; its TypeError or ValueError, or any error of a plugin's, is one UserError."""
     args = dict(args or {})
     init = inspect.signature(cls.__init__).parameters if cls.__init__ is not object.__init__ else {}
-    params = [n for n, p in init.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL,
-                                                                          p.VAR_KEYWORD)]  # fmt: skip
+    params = [
+        n
+        for n, p in init.items()
+        if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     takes_any = any(p.kind == p.VAR_KEYWORD for p in init.values())
     bad = sorted(set(args) - set(params))
     if bad and not takes_any:

@@ -78,8 +78,10 @@ class HFTask(Task):
             from tasks.lmeval_yaml import task_arguments
 
             given = {**task_arguments(str(lm_eval_task), include_path), **_set(given)}
-        a = {k: (str(v) if isinstance(v, int | float) and k != "max_new_tokens" else v)
-             for k, v in given.items()}  # fmt: skip
+        a = {
+            k: (str(v) if isinstance(v, int | float) and k != "max_new_tokens" else v)
+            for k, v in given.items()
+        }
         if not a.get("dataset") or not a.get("scorer"):
             raise UserError(
                 "task hf needs dataset=PATH_OR_HUB_ID and scorer="
@@ -122,8 +124,10 @@ class HFTask(Task):
                 where = f"{dataset} [{source or 'row'} {i}]"
                 example = self._example(fields, row, where, source)
                 if example.id in seen:
-                    raise UserError(f"{where}: same id as {seen[example.id]} ({example.id}); "
-                                    "name a column of unique ids (id=)")  # fmt: skip
+                    raise UserError(
+                        f"{where}: same id as {seen[example.id]} ({example.id}); "
+                        "name a column of unique ids (id=)"
+                    )
                 seen[example.id] = where
                 examples.append(example)
         if not examples:

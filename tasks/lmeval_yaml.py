@@ -38,9 +38,13 @@ def task_arguments(name: str, include_path: str | None = None) -> dict:
         data,
     )
     args["split"] = cfg.get("test_split") or cfg.get("validation_split")
-    for key, field in (("prompt", "doc_to_text"), ("reference", "doc_to_target"),
-                       ("choices", "doc_to_choice"), ("system", "description"),
-                       ("process_docs", "process_docs")):  # fmt: skip
+    for key, field in (
+        ("prompt", "doc_to_text"),
+        ("reference", "doc_to_target"),
+        ("choices", "doc_to_choice"),
+        ("system", "description"),
+        ("process_docs", "process_docs"),
+    ):
         if cfg.get(field) is not None:
             value = cfg[field]
             args[key] = value if callable(value) or isinstance(value, str) else str(value)

@@ -96,8 +96,10 @@ def score(scorer: str, example: Example, completion: str) -> dict[str, float]:
     keeps its tests in meta["tests"] (else in `reference`, as a JSONL code task does)."""
     if scorer == "numeric":
         answer, stated = extract_answer(completion)
-        return {"exact_match": numeric_equal(answer, str(example.reference)),
-                "extracted": float(stated)}  # fmt: skip
+        return {
+            "exact_match": numeric_equal(answer, str(example.reference)),
+            "extracted": float(stated),
+        }
     if scorer == "exact":
         answer, stated = exact_answer(completion)
         hit = normalize(answer) == normalize(str(example.reference)) and normalize(answer) != ""
@@ -112,8 +114,10 @@ def score(scorer: str, example: Example, completion: str) -> dict[str, float]:
         except SyntaxError:  # gold code that does not parse defines nothing
             names = free_names(tests)
         checked = Tests(tests, names)
-        return {"pass@1": float(passes(extract_code(completion), checked)),
-                "extracted": float(has_code(completion))}  # fmt: skip
+        return {
+            "pass@1": float(passes(extract_code(completion), checked)),
+            "extracted": float(has_code(completion)),
+        }
     return _summaries().score(example, completion)
 
 

@@ -216,7 +216,8 @@ def test_a_run_with_nothing_decoded_yet_has_no_rates(tmp_path):
     table = md.split("### Paired vs control at the same share")[1].split("###")[0]
     row = next(x for x in table.splitlines() if x.startswith("| entropy |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2:] == ["—", "nothing decoded yet", "—", "0", "—", "—"]
+    assert cells[2:6] == ["—", "nothing decoded yet", "—", "0"]
+    assert cells[6:] == ["—"] * len(cells[6:]) and len(cells[6:]) >= 2  # no test, no verdict
     routers = md.split("### Routers")[1].split("###")[0]
     # settings measured so far: none; and no curve metrics (an empty curve read as the random
     # line: APGR 0.500, CPT 50% / 80%, in a reward row the chain had just started)

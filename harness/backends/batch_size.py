@@ -20,16 +20,8 @@ import json
 import sys
 import time
 
-# `X as X`: re-exported for the callers that import them from here (harness/evaluation/runner.py,
-# progress.py, submit.py; harness/backends/engine.py); their homes are contention, machine and
-# pass_costs.
-from harness.backends.contention import Contention as Contention
 from harness.backends.contention import cache_path, measured_quietly
 from harness.backends.machine import cpu_brand
-from harness.backends.machine import cpu_features as cpu_features
-from harness.backends.machine import machine_id as machine_id
-from harness.backends.pass_costs import pass_cost_record as pass_cost_record
-from harness.backends.pass_costs import pass_costs as pass_costs
 
 CANDIDATES = (1, 2, 4, 8, 16)
 PROBE_STEPS = 8  # one-token decode steps timed per batch size

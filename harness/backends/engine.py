@@ -76,10 +76,10 @@ class Engine:
 
     def pass_costs(self) -> dict:
         """Measured seconds of small's and large's passes by tokens fed, on this machine
-        (`harness.backends.batch_size.pass_costs`; cached per machine)."""
-        from harness.backends import batch_size
+        (`harness.backends.pass_costs.pass_costs`; cached per machine)."""
+        from harness.backends.pass_costs import pass_costs
 
-        return batch_size.pass_costs(self)
+        return pass_costs(self)
 
     @property
     def eos_ids(self) -> tuple[int, ...]:

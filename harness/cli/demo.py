@@ -39,8 +39,12 @@ DEMO_N_CTX = 1024  # per sequence: mbpp's prompt and DEMO_TOKENS fit
 def configure(p) -> None:
     p.add_argument("--task", default="mbpp", help="task (default mbpp: short answers)")
     p.add_argument("--routers", default=DEMO_ROUTERS, help="comma-separated, of: " + DEMO_ROUTERS)
-    p.add_argument("--share", type=float, default=0.2,
-                   help="large-token share the routers aim at (default 0.2)")  # fmt: skip
+    p.add_argument(
+        "--share",
+        type=float,
+        default=0.2,
+        help="large-token share the routers aim at (default 0.2)",
+    )
     p.add_argument("--limit", type=int, default=8, help="test examples per router (default 8)")
     p.add_argument(
         "--max-new-tokens",
@@ -48,8 +52,12 @@ def configure(p) -> None:
         default=DEMO_TOKENS,
         help=f"answer cap (default {DEMO_TOKENS}); 0 = the task's own budget",
     )
-    p.add_argument("--batch", type=int, default=0,
-                   help="generations decoded together (default: all --limit at once)")  # fmt: skip
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        help="generations decoded together (default: all --limit at once)",
+    )
     p.add_argument("--out", default="runs/demo", help="results folder, one run per router")
     options.add_model_args(p)
 
@@ -116,8 +124,10 @@ def run(args) -> int:
     print(*skipped, sep="\n") if skipped else None
     wall = time.perf_counter() - start
     load = shared.get("load_s", 0.0)
-    print(f"\n{len(rows)} routers x {args.limit} {args.task} test examples in {_clock(wall)} "
-          f"(loading the pair: {_clock(load)}); runs in {root}/")  # fmt: skip
+    print(
+        f"\n{len(rows)} routers x {args.limit} {args.task} test examples in {_clock(wall)} "
+        f"(loading the pair: {_clock(load)}); runs in {root}/"
+    )
     return 0
 
 
@@ -192,8 +202,11 @@ def published_gaps(task: str, share: float) -> dict[str, float]:
     if df is None:
         return {}
     ref = {r: df.loc[df["router"] == r, "quality"].mean() for r in ("small", "large")}
-    wanted = {"random": ("p", share), "entropy": ("target_share", share),
-              "citer": ("target_share", share)}  # fmt: skip
+    wanted = {
+        "random": ("p", share),
+        "entropy": ("target_share", share),
+        "citer": ("target_share", share),
+    }
     out = {"small": 0.0, "large": 1.0}
     for router in ("small", "large"):
         out[f"{router}_n"] = int(df.loc[df["router"] == router, "n"].max())
@@ -244,11 +257,15 @@ def demo_table(rows: list[dict], published: dict | None = None) -> str:
         lines.append("\nsmall-only and large-only score the same here: no gap to recover.")
     elif n and not math.isnan(q_large - q_small):
         step = 100 / n / abs(q_large - q_small)
-        said = (f"\ngap recovered = (q - q_small) / (q_large - q_small) on these {n} examples: "
-                f"one example moves it by {step:.0f} points.")  # fmt: skip
+        said = (
+            f"\ngap recovered = (q - q_small) / (q_large - q_small) on these {n} examples: "
+            f"one example moves it by {step:.0f} points."
+        )
         if published.get("small_n"):
-            said += (" The last column is the published edition's measurement of the same "
-                     f"router and setting ({published['small_n']} examples).")  # fmt: skip
+            said += (
+                " The last column is the published edition's measurement of the same "
+                f"router and setting ({published['small_n']} examples)."
+            )
         lines.append(said)
     return "\n".join(lines)
 

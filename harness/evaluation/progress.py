@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from harness.backends.batch_size import machine_id
+from harness.backends.machine import machine_id
 from harness.core.run_folder import RunFolder, is_run
 from harness.evaluation import controls as matched
 from harness.evaluation.experiment import (

@@ -78,7 +78,7 @@ def decode_examples(
     else:
         generations = engine.generate_many(router, jobs)
     bar = tqdm(total=len(examples), desc=f"{task.name}/{router.name}", unit="ex", file=sys.stderr)
-    from harness.backends.batch_size import Contention
+    from harness.backends.contention import Contention
 
     busy = Contention()  # the CPU other processes take meanwhile (`_clock`)
     start = time.perf_counter()
@@ -129,7 +129,7 @@ def decode_examples(
 
 def _clock(session: dict, start: float, reuse: dict | None, busy=None) -> None:
     """The session's wall seconds so far, and `others_cores`: the mean cores other processes
-    kept busy meanwhile (`harness.backends.batch_size.Contention`: on two cores another process's work
+    kept busy meanwhile (`harness.backends.contention.Contention`: on two cores another process's work
     shows in the run's throughput). With reused answers, the reused examples count their
     modeled seconds instead of the time spent reusing them (`measured_wall_s` keeps the clock)."""
     session["wall_s"] = round(time.perf_counter() - start, 3)
@@ -287,8 +287,8 @@ def git_commit() -> str:
 
 def machine() -> dict:
     """Where this runs: platform, processor (its brand on Linux), its SIMD extensions, CPU
-    count, and the id of the machine's cache (`harness.backends.batch_size.machine_id`)."""
-    from harness.backends.batch_size import cpu_brand, cpu_features, machine_id
+    count, and the id of the machine's cache (`harness.backends.machine.machine_id`)."""
+    from harness.backends.machine import cpu_brand, cpu_features, machine_id
 
     return {
         "id": machine_id(),
@@ -402,7 +402,7 @@ def _run(
         if getattr(router, "costs", None):  # measured pass costs an adaptive schedule uses
             session["pass_costs"] = router.costs
         if reuse and reuse["mode"] == "oracle":  # the costs the replay's modeled clock uses
-            from harness.backends.batch_size import pass_cost_record
+            from harness.backends.pass_costs import pass_cost_record
 
             session["pass_costs"] = pass_cost_record(engine)
         manifest.setdefault("sessions", []).append(session)

@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from harness.backends.batch_size import machine_id
 from harness.backends.engine import backend_kinds, decode_config, engine_from_args
+from harness.backends.machine import machine_id
 from harness.core.loop import DecodeConfig
 from harness.core.run_folder import RunFolder
 from harness.errors import UserError
