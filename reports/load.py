@@ -66,7 +66,7 @@ def _fmt_arg(value) -> str:
 
 
 # Router arguments that name a file or its digest: provenance, listed in the manifest, not a setting.
-FILE_ARGS = ("path", "checkpoint", "calibration")
+FILE_ARGS = ("path", "checkpoint", "calibration")  # router arguments that name a file
 
 
 def setting_label(router_args: dict) -> str:

@@ -24,9 +24,8 @@ from harness.core.run_folder import RunFolder, is_run
 from harness.errors import UserError
 from harness.files import file_sha256
 from reports import write_report
-from reports.load import ANCHORS, run_dirs
+from reports.load import ANCHORS, FILE_ARGS, run_dirs
 
-FILE_ARGS = ("path", "checkpoint", "calibration")  # router arguments that name a file
 DEVICE = "device"  # a task folder's rows measured on a GPU machine (JSON files)
 
 

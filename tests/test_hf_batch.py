@@ -11,7 +11,7 @@ import torch
 from harness.backends.hf import HFBackend, key_bucket, supports_slots
 from harness.core.loop import DecodeConfig
 from harness.core.scheduler import Job, generate, generate_many
-from harness.core.stats import TokenStats, summarize
+from harness.core.stats import TokenStats, token_stats
 from routers import get_router
 from tests.tiny import info, tiny_pair
 
@@ -126,7 +126,7 @@ def test_summaries_equal_the_rows_they_summarize(large):
     stats, _ = b.forward(GROUP[0][0], 3, level="stats")
     b.reset()
     top, _ = b.forward(GROUP[0][0], 3, level="argmax")
-    want = summarize(full)
+    want = token_stats(full)
     assert isinstance(stats, TokenStats) and stats.level == "stats" and top.level == "argmax"
     assert torch.equal(stats.argmax, want.argmax) and torch.equal(top.argmax, full.argmax(-1))
     for field in ("top_prob", "entropy", "margin"):

@@ -199,14 +199,14 @@ def test_summaries_equal_the_full_rows(pair):
     """Asked for "stats" or "argmax", the backend summarizes llama.cpp's own output buffer
     (`row_stats`, numpy, no copy of the rows): the same argmax as the full rows, and entropy,
     top-1 probability and margin equal to `summarize` of those rows up to float rounding."""
-    from harness.core.stats import TokenStats, summarize
+    from harness.core.stats import TokenStats, token_stats
 
     b = pair["large"]
     rows = {}
     for level in ("full", "stats", "argmax"):
         b.reset()
         rows[level] = b.forward(PROMPT, 3, level=level)[0]
-    want = summarize(rows["full"])
+    want = token_stats(rows["full"])
     got = rows["stats"]
     assert isinstance(got, TokenStats) and got.level == "stats" and len(got) == 3
     assert torch.equal(got.argmax, want.argmax) and torch.equal(rows["argmax"].argmax, want.argmax)

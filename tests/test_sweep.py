@@ -148,7 +148,7 @@ def test_a_fixed_argument_that_is_swept_pins_the_router_to_one_run(pair, tmp_pat
     sweep_command.configure(sub)
     argv = sweep_argv(pair, tmp_path, "random,entropy")[1:]
     argv += ["--router-arg", "entropy:threshold=0.5"]
-    jobs = sweep.plan(sub.parse_args(argv), tmp_path)
+    jobs = sweep.plan_rows(sub.parse_args(argv), tmp_path)
     assert [j.name for j in jobs] == ["random__p=0.2", "random__p=0.6", "entropy__threshold=0.5"]
     assert jobs[-1].setting == {"threshold": 0.5}
 
@@ -159,9 +159,9 @@ def test_a_router_without_settings_is_named_by_its_fixed_arguments(pair, tmp_pat
 
     sub = argparse.ArgumentParser(prog="sweep")
     sweep_command.configure(sub)
-    plain = sweep.plan(sub.parse_args(sweep_argv(pair, tmp_path, "speculative")[1:]), tmp_path)
+    plain = sweep.plan_rows(sub.parse_args(sweep_argv(pair, tmp_path, "speculative")[1:]), tmp_path)
     argv = sweep_argv(pair, tmp_path, "speculative")[1:]
-    adaptive = sweep.plan(
+    adaptive = sweep.plan_rows(
         sub.parse_args(argv + ["--router-arg", "speculative:adaptive=true"]), tmp_path
     )
     assert [j.name for j in plain] == ["speculative__default"]
@@ -188,7 +188,7 @@ def test_run_command_lines_read_back_to_the_same_run(pair, tmp_path):
     sweep_command.configure(sub)
     args = sub.parse_args(sweep_argv(pair, tmp_path, "random,confidence")[1:])
     run_command.configure(parser)
-    jobs = sweep.plan(args, tmp_path, sweep_command.passed_on(args))
+    jobs = sweep.plan_rows(args, tmp_path, sweep_command.passed_on(args))
     assert len(jobs) == 2 + len(routers.router_class("confidence").SWEEP_THRESHOLDS)
     for job in jobs:
         run = parser.parse_args(list(job.argv[1:]))

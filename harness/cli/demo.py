@@ -125,13 +125,13 @@ def run(args) -> int:
     wall = time.perf_counter() - start
     load = shared.get("load_s", 0.0)
     print(
-        f"\n{len(rows)} routers x {args.limit} {args.task} test examples in {_clock(wall)} "
-        f"(loading the pair: {_clock(load)}); runs in {root}/"
+        f"\n{len(rows)} routers x {args.limit} {args.task} test examples in {_minutes_seconds(wall)} "
+        f"(loading the pair: {_minutes_seconds(load)}); runs in {root}/"
     )
     return 0
 
 
-def _clock(seconds: float) -> str:
+def _minutes_seconds(seconds: float) -> str:
     m, s = divmod(round(seconds), 60)
     return f"{m} min {s} s" if m else f"{s} s"
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.core.stats import ARGMAX, FULL, STATS, TokenStats, summarize
+from harness.core.stats import ARGMAX, FULL, STATS, TokenStats, token_stats
 
 SMALL_LOGITS = (FULL, STATS, ARGMAX)  # Needs.small_logits: what of q a router reads (stats.LEVELS)
 
@@ -75,7 +75,7 @@ class StepView:
         the core handed over, else computed from `small_logits` (teacher-forced views)."""
         if self.small_stats is not None:
             return self.small_stats
-        return summarize(self.small_logits, STATS)
+        return token_stats(self.small_logits, STATS)
 
 
 @dataclass(frozen=True)

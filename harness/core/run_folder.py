@@ -46,6 +46,7 @@ MANIFEST = "manifest.json"
 RECORDS, RECORDS_GZ = "records.jsonl", "records.jsonl.gz"
 SUMMARY = "summary.json"
 LOCK = "writer.lock"
+COST_LOG = "cost.jsonl"  # a training folder's log: one line per invocation of its command
 # what an edition keeps of a run (`hybridbench publish`)
 PUBLISHED = (MANIFEST, SUMMARY, RECORDS_GZ)
 

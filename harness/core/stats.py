@@ -13,7 +13,7 @@ device-to-host copy of 0.6 MB a row). The core asks each call for one of three o
 A backend that can (`summarizes = True`: llama.cpp from its own output buffer, transformers on
 the model's device) returns the summary itself; for any other the core summarizes the rows it
 returns (`at_level`), so every backend serves every level with the same numbers up to float
-rounding (`summarize` computes them as `routers.baselines`' entropy and top probability do).
+rounding (`token_stats` computes them as `routers.baselines`' entropy and top probability do).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def summary_tensors(logits: torch.Tensor, level: str = STATS) -> tuple[torch.Ten
     return (arg, top2[..., 0], ent, top2[..., 0] - second)
 
 
-def summarize(logits: torch.Tensor, level: str = STATS) -> TokenStats:
+def token_stats(logits: torch.Tensor, level: str = STATS) -> TokenStats:
     """`TokenStats` of [n, V] logits, computed on their device; one copy of n x 4 numbers to
     the CPU (`summary_tensors`)."""
     t = summary_tensors(logits, level)
@@ -93,7 +93,7 @@ def at_level(out, level: str):
     """`out` (rows or a `TokenStats`) as `level` asks: rows summarized when a summary is asked
     for; a summary that holds less than `level` is an error (the backend ignored the request)."""
     if isinstance(out, torch.Tensor):
-        return out if level == FULL else summarize(out, level)
+        return out if level == FULL else token_stats(out, level)
     if LEVELS.index(out.level) < LEVELS.index(level):
         raise RuntimeError(f"a backend returned {out.level!r} outputs where {level!r} was asked")
     return out

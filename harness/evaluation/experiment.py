@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.core.run_folder import RunFolder
 from harness.errors import UserError
 from harness.evaluation.experiment_spec import (
-    FILE_ARGS,
+    REQUIRED_FILES,
     Row,
     Spec,
     Task,
@@ -235,7 +235,7 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
     fixed, left_out, in_rows = {}, set(), {r for row in spec.rows for r in row.routers}
     for router, table in spec.routers.items():
         args = {k: a for k, a in fill(table, v).items() if k != "calibrate"}
-        missing = [args[k] for k in FILE_ARGS if k in args and not Path(args[k]).is_file()]
+        missing = [args[k] for k in REQUIRED_FILES if k in args and not Path(args[k]).is_file()]
         if missing and router in in_rows:
             left_out.add(router)
             out.append(Note(f"{task.name}: {router} left out of its rows ({missing[0]} not found)"))
@@ -325,7 +325,7 @@ def _calibration(spec, task: Task, routers: list[str], fixed: dict, models: list
         runs = Runs((answers,), task.name, (), "calib", limit)
         out.append(Command(f"{task.name}: small's answers on calib", argv, runs))
     for router in routers:
-        checkpoint = [fixed[router][k] for k in FILE_ARGS if k in fixed[router]]
+        checkpoint = [fixed[router][k] for k in REQUIRED_FILES if k in fixed[router]]
         argv = [
             "calibrate",
             "--router",

@@ -38,7 +38,10 @@ SECTIONS = (
     "steps",
     "publish",
 )
-FILE_ARGS = ("path", "checkpoint")  # router arguments naming a file the router cannot run without
+REQUIRED_FILES = (
+    "path",
+    "checkpoint",
+)  # router arguments naming a file the router cannot run without
 CONTROL_ROUNDS = 3  # a control's realized share differs from its p: a few rounds to match
 
 

@@ -57,7 +57,7 @@ from harness.backends.hf import HFBackend
 from harness.backends.hf_static import FEED_BUCKETS, feed_bucket
 from harness.core.loop import DecodeConfig
 from harness.core.scheduler import Job, generate_many
-from harness.core.stats import summarize
+from harness.core.stats import token_stats
 from harness.evaluation.gpu_reference import batch_numerics, hf_generate_rows, prompts
 from harness.evaluation.gpu_tables import details, progress, table  # noqa: F401 (the CLI's)
 from harness.evaluation.random_pair import (
@@ -243,7 +243,7 @@ def entropy_threshold(backends: dict, s: Settings) -> float:
         small.reset()
         out, _ = small.forward(p, 1)
         for _ in range(16):
-            st = summarize(out) if isinstance(out, torch.Tensor) else out
+            st = token_stats(out) if isinstance(out, torch.Tensor) else out
             values.append(float(st.entropy[-1]) if st.entropy is not None else math.nan)
             out, _ = small.forward([int(st.argmax[-1])], 1, level="stats")
     small.reset()

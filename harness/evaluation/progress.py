@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from harness.backends.machine import machine_id
-from harness.core.run_folder import RunFolder, is_run
+from harness.core.run_folder import COST_LOG, RunFolder, is_run
 from harness.evaluation import controls as matched
 from harness.evaluation.experiment import (
     Anchor,
@@ -37,8 +37,6 @@ from reports.publish import is_published
 from reports.text import COMPARISON_HEADER, MATCH, comparison_cells, nearest_share
 from routers import parse_args
 from tasks import get_task
-
-COST_LOG = "cost.jsonl"  # a training command's invocations (harness/training/common.py)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ DEFAULT_TARGETS = "0.1,0.2,0.3,0.5,0.7"
 
 
 @dataclass(frozen=True)
-class Job:
+class Row:
     """One run of a sweep."""
 
     name: str  # run folder under OUT: "<router>__<setting>"
@@ -95,7 +95,7 @@ def _report(outcomes: list[Outcome], out: Path) -> int:
 # --- planning: which runs, with which command lines ---------------------------------------------
 
 
-def plan(args, out: Path, passed_on: list[str] = ()) -> list[Job]:
+def plan_rows(args, out: Path, passed_on: list[str] = ()) -> list[Row]:
     """The sweep's runs in order, each with its `run` command line; user mistakes raise early.
     `passed_on`: the model and decode options every run gets unchanged."""
     from harness.evaluation.runner import reuse_mode
@@ -133,7 +133,7 @@ def plan(args, out: Path, passed_on: list[str] = ()) -> list[Job]:
             if reuses and getattr(args, "reuse_answers", None):
                 folders = [str(Path(f.strip()).resolve()) for f in args.reuse_answers.split(",")]
                 argv += ("--reuse-answers", ",".join(folders))
-            jobs.append(Job(name, router, setting, argv))
+            jobs.append(Row(name, router, setting, argv))
     return jobs
 
 
@@ -233,7 +233,7 @@ def _write_state(out: Path, state: dict) -> None:
     os.replace(tmp, out / STATE)
 
 
-def _finished(state: dict, job: Job, out: Path) -> bool:
+def _finished(state: dict, job: Row, out: Path) -> bool:
     """A run is finished when the same command line ended with status 0 and left its summary."""
     old = state["runs"].get(job.name) or {}
     return (
@@ -246,16 +246,16 @@ def _finished(state: dict, job: Job, out: Path) -> bool:
 # --- executing ---------------------------------------------------------------------------------
 
 
-def _log(out: Path, job: Job) -> str:
+def _log(out: Path, job: Row) -> str:
     return str(out / "logs" / f"{job.name}.log")
 
 
 def execute_local(
-    jobs: list[Job],
+    jobs: list[Row],
     out: Path,
     n_procs: int,
     run_job: RunJob,
-    started: Callable[[Job], None] = lambda job: None,
+    started: Callable[[Row], None] = lambda job: None,
 ) -> Iterator[Outcome]:
     """Runs one after another in this process, or `n_procs` at a time in a process pool
     (`run_job` must then be a module-level function, so that it pickles by name)."""
@@ -278,7 +278,7 @@ def execute_local(
 
 
 def execute_ray(
-    jobs: list[Job], out: Path, address: str | None, cpus: float, run_job: RunJob
+    jobs: list[Row], out: Path, address: str | None, cpus: float, run_job: RunJob
 ) -> Iterator[Outcome]:
     """Each run one Ray task on the cluster at `address`; outcomes in the order they finish."""
     if not jobs:
@@ -314,19 +314,19 @@ def sweep(args, run_job: RunJob, passed_on: list[str]) -> int:
     if args.ray_cpus <= 0:
         raise UserError(f"--ray-cpus must be > 0, got {args.ray_cpus}")
     out = Path(args.out).resolve()
-    jobs = plan(args, out, passed_on)
+    jobs = plan_rows(args, out, passed_on)
     with folder_lock(out):  # one sweep per folder (each run holds its own folder's lock too)
         return _sweep(args, jobs, out, run_job)
 
 
-def _sweep(args, jobs: list[Job], out: Path, run_job: RunJob) -> int:
+def _sweep(args, jobs: list[Row], out: Path, run_job: RunJob) -> int:
     state = _read_state(out)
     todo = [j for j in jobs if not _finished(state, j, out)]
     outcomes = [Outcome(j.name, -1, 0.0, "") for j in jobs if j not in todo]
     for i, o in enumerate(outcomes, 1):
         print(f"[{i}/{len(jobs)}] {o.name}: skipped (finished before)", flush=True)
 
-    def started(job: Job) -> None:
+    def started(job: Row) -> None:
         print(f"[{len(outcomes) + 1}/{len(jobs)}] {job.name}: running", flush=True)
 
     if todo and (args.executor == "ray" or args.jobs > 1):

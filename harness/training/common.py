@@ -9,10 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+from harness.core.run_folder import COST_LOG
 from harness.errors import UserError
 from harness.training.labels import LabelConfig
 
-COST_LOG = "cost.jsonl"  # one line per invocation of a training command, in its output folder
 _NOTHING_DONE = [False]
 
 

@@ -19,9 +19,9 @@ import json
 import math
 from pathlib import Path
 
-from harness.core.run_folder import finished_runs
+from harness.core.run_folder import COST_LOG, finished_runs
 from harness.files import load_torch_file
-from harness.training.common import COST_LOG, total_cost
+from harness.training.common import total_cost
 from harness.training.reward_data import DATA_MANIFEST
 
 HEADER = (
