@@ -387,6 +387,22 @@ def test_aimed_runs_of_other_routers_at_the_shares_they_do_not_match():
     ]  # resumed first; 0.15 not asked again
 
 
+def test_aimed_runs_cover_the_examples_of_the_row_they_match():
+    """A learned row on the whole split (255) is matched only by an entropy run covering 255
+    examples: the 200-example entropy row at its share does not, so entropy is aimed at it (a
+    target share only a 200-example run has is asked again: that folder grows); a 200-example
+    learned row is matched by the 200-example entropy row."""
+    rows = [("entropy", 0.177, 0.2, 255, 255), ("entropy", 0.206, 0.224, 200, 200),
+            ("learned", 0.205, 0.2, 255, 255), ("learned", 0.21, 0.2, 200, 200)]  # fmt: skip
+    cols = ["router", "large_token_share", "target_share", "n", "limit"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["router_args"] = [json.dumps({"target_share": t, "threshold": 1.0}) for t in df.target_share]
+    # 0.205 at 255: interpolated between 0.177 (0.2) and 0.206 (0.224): 0.2 + 0.028 x 0.024 / 0.029
+    assert progress.aimed(df, {"entropy": ("learned",)}, "target_share") == [("entropy", 0.223)]
+    df.loc[1, ["n", "limit"]] = 255  # the aimed run covers 255 now: every row matched
+    assert progress.aimed(df, {"entropy": ("learned",)}, "target_share") == []
+
+
 def _demo_task_folder(folder: Path) -> Path:
     """The demo's runs of one task (12 examples each), its two reward runs made by target share
     (0.2 and 0.5), every run complete."""
@@ -784,3 +800,32 @@ def test_status_of_a_speed_anchor_reads_as_a_run_step(tmp_path, monkeypatch):
     recs = [{"example_id": f"gsm8k/test/{i}", "error": ""} for i in range(5)]
     (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert progress.status(step) == (f"done 5/5, into {folder}", 0.0, 0)
+
+
+def test_controls_of_rows_on_more_examples_cover_their_examples():
+    """An edition whose headline rows cover the whole split (255) and its other rows the first
+    200: a 255-row is matched only by a control covering 255 examples (a 200-example control at
+    its share pairs on fewer examples), so one is aimed for it; a p a 200-example control already
+    has is asked again at 255 (its folder resumes); the 200-example rows stay matched by the
+    200-example controls, and nothing asks those to grow."""
+    rows = [("small", 0.0, None, 255, 255), ("large", 1.0, None, 255, 255),
+            ("random", 0.221, 0.2, 255, 255), ("random", 0.178, 0.172, 200, 200),
+            ("random", 0.102, 0.1, 200, 200), ("entropy", 0.177, 0.2, 255, 255),
+            ("learned", 0.205, 0.2, 255, 255), ("entropy", 0.097, 0.1, 200, 200),
+            ("learned", 0.180, 0.2, 200, 200)]  # fmt: skip
+    cols = ["router", "large_token_share", "setting_value", "n", "limit"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["n_failed"] = 0
+    # entropy 0.177 at 255: the 200-example random 0.178 does not cover it; aimed from the random
+    # runs bracketing 0.177 (0.102 at p 0.1, 0.178 at p 0.172): p = 0.171, not a 255-run's p
+    got = controls.needed(df)
+    assert got == [("random", 0.171)]
+    # the aim equal to a p only a 200-example run has: asked again (that folder grows to 255)
+    df.loc[df.setting_value == 0.172, ["large_token_share", "setting_value"]] = (0.177, 0.171)
+    assert controls.needed(df) == [("random", 0.171)]
+    # once the 171 run covers 255 examples, every row is matched and the 200-rows ask nothing
+    df.loc[df.setting_value == 0.171, ["n", "limit"]] = 255
+    assert controls.needed(df) == []
+    # a 255-row's control stopped at 230 of 255 is resumed; a 200-example control is finished
+    df.loc[df.setting_value == 0.171, "n"] = 230
+    assert controls.needed(df)[0] == ("random", 0.171)

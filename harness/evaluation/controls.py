@@ -20,12 +20,19 @@ control lands within about 1-2 points of its aim, so the middle of a 1.5-point g
 of its routers matched most of the time. A p that a control run already has is not asked again
 (that share cannot be reached by asking again). A control run started and not finished (an
 experiment stopped in it) comes first, so that it is resumed. Reads files only.
+
+Rows of one folder may cover different numbers of examples (an edition whose headline rows run on
+the whole split and its other rows on the first 200): each run's target is the example count it
+was asked for (its manifest's limit), and a router row is matched only by a control run whose
+target is at least its own, so that the pair covers the row's examples. A control run asked
+again at a larger target resumes its folder (the first examples are not decoded again).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness.core.run_folder import RunFolder
 from harness.errors import UserError
 from reports.load import load_runs
 from reports.tables import CONTROL_ROUTERS, ENDS, UNCOMPARED, control_of
@@ -35,17 +42,36 @@ SPAN = 0.015  # the widest group of router shares one control run is aimed at (s
 BOUNDS = ("oracle", "speculative")  # bounds, not routing policies under test: no control
 
 
-def unfinished(df, routers=CONTROL_ROUTERS) -> list[tuple[str, float]]:
-    """[(control, p)] for the runs of `routers` (default the controls) in `df` started but not
-    finished: fewer examples
-    decoded (or failed) than the folder's fullest run, every row covering the same examples. An
-    experiment stopped mid-row resumes them here: their p is a setting a control run already has,
-    so `needed` does not ask for it again, and their share so far counts as the share they aim at."""
-    if "n" not in df or not len(df):
-        return []
+def done_and_targets(df):
+    """(examples decoded or failed, examples asked for) per row of `df`, as two Series: the
+    target is the run's manifest's limit, else (no limit recorded, or rows without a folder) the
+    folder's fullest run's count."""
     failed = df["n_failed"].fillna(0) if "n_failed" in df else 0
     done = df["n"].fillna(0) + failed
-    controls = df.router.isin(routers) & (done < done.max())
+    fullest = done.max() if len(done) else 0
+    target = done * 0 + fullest
+    if "limit" in df:  # rows that carry their limit (as the tests' frames do)
+        limits = list(df["limit"])
+    elif "path" in df:
+        limits = [RunFolder(p).manifest().get("limit") if p else None for p in df["path"]]
+    else:
+        return done, target
+    known = [lim is not None and lim == lim for lim in limits]  # (None or NaN: not recorded)
+    return done, target.where(
+        [not k for k in known], [lim if k else 0 for lim, k in zip(limits, known, strict=True)]
+    )
+
+
+def unfinished(df, routers=CONTROL_ROUTERS) -> list[tuple[str, float]]:
+    """[(control, p)] for the runs of `routers` (default the controls) in `df` started but not
+    finished: fewer examples decoded (or failed) than the run was asked for (`done_and_targets`).
+    An experiment stopped mid-row resumes them here: their p is a setting a control run already
+    has, so `needed` does not ask for it again, and their share so far counts as the share they
+    aim at."""
+    if "n" not in df or not len(df):
+        return []
+    done, target = done_and_targets(df)
+    controls = df.router.isin(routers) & (done < target)
     return [
         (r, round(float(p), 3))
         for r, p in zip(df.router[controls], df.setting_value[controls], strict=True)
@@ -91,23 +117,28 @@ def needed(df, pairs: dict[str, tuple[str, ...]] | None = None) -> list[tuple[st
     out = unfinished(df)
     if not len(df):
         return out
+    df = df.assign(target=done_and_targets(df)[1] if "n" in df else 0)
     for control, routers in (pairs if pairs is not None else pairs_of(df.router)).items():
         runs = df[(df.router == control) & (df.large_token_share > 0)]
-        have_p = {round(float(p), 3) for p in runs.setting_value}
-        # (a control run started but with nothing decoded yet has no share: NaN matches nothing)
-        shares = list(df[df.router.isin([control, *ENDS])].large_token_share.dropna())
-        alone = sorted(
-            float(s)
-            for s in df[df.router.isin(routers)].large_token_share.dropna()
-            if all(abs(s - r) > MATCH for r in shares)
-        )
-        while alone:
-            group = [s for s in alone if s - alone[0] <= SPAN]
-            alone = alone[len(group) :]
-            s = (group[0] + group[-1]) / 2
-            p = aimed_value(runs, s)
-            if p not in have_p and (control, p) not in out:
-                out.append((control, p))
+        # each target in turn, largest first: its rows matched by control runs covering it
+        for target in sorted(set(df[df.router.isin(routers)].target), reverse=True):
+            full = df[df.target >= target]
+            have_p = {round(float(p), 3) for p in runs[runs.target >= target].setting_value}
+            # (a control run started but with nothing decoded yet has no share: NaN matches none)
+            shares = list(full[full.router.isin([control, *ENDS])].large_token_share.dropna())
+            mine = df[df.router.isin(routers) & (df.target == target)]
+            alone = sorted(
+                float(s)
+                for s in mine.large_token_share.dropna()
+                if all(abs(s - r) > MATCH for r in shares)
+            )
+            while alone:
+                group = [s for s in alone if s - alone[0] <= SPAN]
+                alone = alone[len(group) :]
+                s = (group[0] + group[-1]) / 2
+                p = aimed_value(runs, s)
+                if p not in have_p and (control, p) not in out:
+                    out.append((control, p))
     return out
 
 

@@ -145,19 +145,26 @@ def aimed(df, pairs, key: str) -> list[tuple[str, float]]:
     """[(router, value)]: per router of `pairs` (reports.load.load_runs's rows in `df`), its
     runs started and not finished (to resume them), then a run whose argument `key` (e.g.
     target_share) is aimed at the realized share of each row paired with it that no run of it
-    matches within MATCH: interpolated from its runs' `key` and realized shares as the controls
-    are (`harness.evaluation.controls.aim`). A value one of its runs has is not asked again."""
+    covering the row's examples matches within MATCH: interpolated from its runs' `key` and
+    realized shares as the controls are (`harness.evaluation.controls.aim`). A value one of its
+    runs covering the row has is not asked again; one covering fewer examples is asked again at
+    the row's count, and resumes."""
     out: list[tuple[str, float]] = []
     df = df.assign(setting_value=[json.loads(a).get(key) for a in df.router_args])
+    df = df.assign(target=matched.done_and_targets(df)[1]) if "n" in df else df.assign(target=0)
     for router, routers in pairs.items():
         own = df[df.router == router]
         valued = own[own.setting_value.notna()]
-        asked = {round(float(x), 3) for x in valued.setting_value}
         out += [(r, x) for r, x in matched.unfinished(df, (router,)) if not math.isnan(x)]
         runs = valued[valued.large_token_share > 0]
-        for share in sorted(df[df.router.isin(routers)].large_token_share.dropna()):
-            if ((own.large_token_share - share).abs() <= MATCH).any():
+        for _, row in df[df.router.isin(routers)].sort_values("large_token_share").iterrows():
+            share = row.large_token_share
+            if math.isnan(share):
                 continue
+            covering = own[own.target >= row.target]  # runs covering the row's examples
+            if ((covering.large_token_share - share).abs() <= MATCH).any():
+                continue
+            asked = {round(float(x), 3) for x in valued[valued.target >= row.target].setting_value}
             value = matched.aimed_value(runs, share)
             if value not in asked and (router, value) not in out:
                 out.append((router, value))
