@@ -28,17 +28,12 @@ ids of the examples it learned from, and the runner refuses to evaluate the rout
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
-from harness.core.router import Needs, StepView, tasks_of
-from harness.errors import UserError
-from harness.files import file_sha256, read_router_checkpoint
+from harness.core.router import Needs
 from routers.baselines import top_probability
-from routers.citer import check_hidden_backend
-from routers.score import ScoreRouter
+from routers.trained import TrainedScoreRouter
 
 TOP_LOGPROBS = 5  # top log-probabilities of small's distribution among the features
 LOGP_FLOOR = -30.0  # log-probabilities are clipped here: a -inf logit would poison the network
@@ -120,74 +115,18 @@ class LearnedNet(nn.Module):
         return self.head(torch.cat(xs, dim=-1)).squeeze(-1)
 
 
-KEYS = ("config", "state_dict", "threshold", "train_ids", "task", "small_backend")
-
-
-def load_checkpoint(path) -> dict:
-    """A checkpoint written by `hybridbench train-learned` (no pickle): one UserError for a file
-    that is missing, of another kind, or lacking what the router reads."""
-    ckpt = read_router_checkpoint(path, "learned")
-    missing = [k for k in KEYS if k not in ckpt]
-    if missing:
-        raise UserError(
-            f"{path} is a damaged learned router checkpoint (no {', '.join(missing)}); "
-            "train it again with hybridbench train-learned"
-        )
-    return ckpt
-
-
-def network(ckpt: dict, path="checkpoint") -> LearnedNet:
-    """The checkpoint's network, in eval mode."""
-    net = LearnedNet(**ckpt["config"])
-    try:
-        net.load_state_dict(ckpt["state_dict"])
-    except RuntimeError as e:
-        reason = str(e).strip().splitlines()[0][:120]
-        raise UserError(f"{path}: its weights do not fit its network ({reason})") from None
-    return net.eval()
-
-
-class LearnedRouter(ScoreRouter):
-    """Defers a drafted token when the network's P(small suffices) is below `threshold`.
-
-    path:         checkpoint from `hybridbench train-learned`
-    threshold:    tau directly (-inf: small only, +inf: large only); default the checkpoint's
-                  (the one deferring its training target share of the held-out train tokens)
-    target_share, calibration: instead, tau deferring this share of the scores in a calibration
-                  file (`hybridbench calibrate --router learned --checkpoint PATH`: small's own
-                  calib answers, made with this checkpoint)
-    draft_len:    tokens small drafts per step (a speed knob: the kept prefix is the same)
-    """
+class LearnedRouter(TrainedScoreRouter):
+    """Defers a drafted token when the network's P(small suffices) is below `threshold`
+    (arguments: `routers.trained.TrainedScoreRouter`; path: a checkpoint from `hybridbench
+    train-learned`)."""
 
     name = "learned"
-    defers_below = True
-    checkpoint_arg = "path"
-    # Sweep grid of P(small suffices) without a calibration file: 0.5 defers rarely, 0.98 often.
-    SWEEP_THRESHOLDS = (0.5, 0.8, 0.9, 0.95, 0.98)
+    net_class = LearnedNet
 
-    def __init__(
-        self,
-        path: str,
-        threshold: float | None = None,
-        target_share: float | None = None,
-        calibration: str | None = None,
-        draft_len: int = 1,
-    ):
-        ckpt = load_checkpoint(path)
-        self.path, self.digest = str(path), file_sha256(path)
-        self.net = network(ckpt, path)
-        self.inputs = self.net.inputs
-        self._trained = frozenset(ckpt["train_ids"])
-        self.default_threshold = float(ckpt["threshold"])
-        cal = self.set_threshold(threshold, target_share, calibration)
-        if cal and cal.get("checkpoint_sha256") != self.digest:
-            raise UserError(f"{calibration} was made with another checkpoint than {path}")
-        if math.isnan(self.threshold):
-            raise UserError(f"router learned: threshold is NaN ({path})")
-        if draft_len < 1:
-            raise ValueError(f"draft_len must be >= 1, got {draft_len}")
-        self.draft_len = int(draft_len)
-        self.small_backend = ckpt["small_backend"]
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """What the checkpoint's network reads (a subset of INPUTS)."""
+        return self.net.inputs
 
     def needs(self) -> Needs:
         return Needs(draft_len=self.draft_len, small_hidden="hidden" in self.inputs)
@@ -198,22 +137,3 @@ class LearnedRouter(ScoreRouter):
         the network does not read them) -> [k] P(small's token is good enough)."""
         dist = distribution_features(logits, draft) if "dist" in self.inputs else None
         return torch.sigmoid(self.net(dist, hidden, draft))
-
-    def token_scores(self, view: StepView) -> torch.Tensor:
-        return self.scores(view.small_logits, view.draft, view.small_hidden)
-
-    def backends(self, engine) -> dict:
-        # the features were computed on one backend's numerics; another shifts them (citer.py)
-        check_hidden_backend(self.small_backend, engine, self.path)
-        return {}
-
-    def describe(self) -> dict:
-        return {"path": self.path, **super().describe(), "checkpoint": self.digest[:16]}
-
-    def used_example_ids(self) -> frozenset[str]:
-        return self._trained | self._calibrated_on
-
-    def trained_on(self) -> tuple[str, ...]:
-        """The tasks of the network's training examples (a calibration on another task's calib
-        answers leaves a run there a transfer run)."""
-        return tasks_of(self._trained)

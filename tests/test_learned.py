@@ -17,6 +17,7 @@ from routers import get_router
 from routers.baselines import entropy, top_probability
 from routers.learned import FEATURES, LearnedRouter, distribution_features
 from tests.tiny import BACKENDS, save_tiny_pair, tiny_backends, tiny_tokenizer
+from tests.trained_router import assert_thresholds_at_the_ends
 
 
 @pytest.fixture(scope="module")
@@ -158,18 +159,7 @@ def test_recall_and_disagreements_count_the_lowest_scored():
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_thresholds_at_the_ends_equal_small_only_and_large_only(trained, kind):
     out, _, _ = trained
-    engine = Engine(tiny_tokenizer(), tiny_backends(kind=kind))
-    prompt = engine.encode("count: 1 2 3")
-    cfg = DecodeConfig(max_new_tokens=16)
-
-    def run(router):
-        return generate(engine.backends, router, prompt, cfg)
-
-    path = str(out / "learned.pt")
-    keep = run(get_router("learned", {"path": path, "threshold": float("-inf")}))
-    assert keep.token_ids == run(get_router("small")).token_ids and set(keep.provenance) == {0}
-    defer = run(get_router("learned", {"path": path, "threshold": float("inf"), "draft_len": 3}))
-    assert defer.token_ids == run(get_router("large")).token_ids and set(defer.provenance) == {1}
+    assert_thresholds_at_the_ends("learned", str(out / "learned.pt"), kind)
 
 
 def test_calibration_hits_the_target_share_on_calib(trained):

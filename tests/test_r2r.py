@@ -16,7 +16,8 @@ from harness.training import r2r as tr
 from harness.training.labels import TokenLabels
 from routers import get_router
 from routers.r2r import LOGP_FLOOR, TOP_K, R2RRouter, top_logprobs
-from tests.tiny import save_tiny_pair, tiny_backends, tiny_tokenizer
+from tests.tiny import save_tiny_pair
+from tests.trained_router import assert_thresholds_at_the_ends
 
 BUDGET = ["--max-new-tokens", "24"]
 
@@ -78,18 +79,7 @@ def test_training_on_synthetic_labels_separates_them():
 
 def test_thresholds_at_the_ends_equal_small_only_and_large_only(trained):
     root, _, _ = trained
-    engine = Engine(tiny_tokenizer(), tiny_backends(kind="hf"))
-    prompt = engine.encode("count: 1 2 3")
-    cfg = DecodeConfig(max_new_tokens=16)
-
-    def run(router):
-        return generate(engine.backends, router, prompt, cfg)
-
-    path = str(root / "out/r2r.pt")
-    keep = run(get_router("r2r", {"path": path, "threshold": float("-inf")}))
-    assert keep.token_ids == run(get_router("small")).token_ids and set(keep.provenance) == {0}
-    defer = run(get_router("r2r", {"path": path, "threshold": float("inf"), "draft_len": 3}))
-    assert defer.token_ids == run(get_router("large")).token_ids and set(defer.provenance) == {1}
+    assert_thresholds_at_the_ends("r2r", str(root / "out/r2r.pt"))
 
 
 def test_calibration_hits_the_target_share_on_calib(trained):

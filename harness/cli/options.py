@@ -75,3 +75,49 @@ def add_decode_args(p: argparse.ArgumentParser, max_new_tokens: int | None = 256
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
+
+
+def add_token_net_args(
+    p: argparse.ArgumentParser, labels: dict, target: dict
+) -> argparse._ArgumentGroup:
+    """The options of the commands training a token router's network on a token label file
+    (`train-learned`, `train-r2r`; `labels` and `target`: their own keywords for --labels and
+    --target): task, output folder, features folder, split seed, and the group "network and
+    training", returned so that a command adds its own to it (`fit_args` reads them)."""
+    p.add_argument("--task", required=True, help="the task whose train split labelled the tokens")
+    p.add_argument("--task-arg", action="append", default=[], metavar="K=V")
+    p.add_argument("--out", required=True, help="folder for features, checkpoint, metrics")
+    p.add_argument("--labels", **labels)
+    p.add_argument("--target", **target)
+    p.add_argument(
+        "--features",
+        default=None,
+        metavar="DIR",
+        help="small's features along the labels' trajectories (default OUT/features; another "
+        "training on the same label file can share them)",
+    )
+    p.add_argument("--split-seed", type=int, default=0)
+    g = p.add_argument_group("network and training")
+    g.add_argument("--width", type=int, default=128)
+    g.add_argument("--buckets", type=int, default=4096, help="drafted-token embedding rows")
+    g.add_argument("--epochs", type=int, default=20)
+    g.add_argument("--lr", type=float, default=1e-3)
+    g.add_argument("--batch-size", type=int, default=256)
+    g.add_argument("--patience", type=int, default=3)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument(
+        "--target-share",
+        type=float,
+        default=0.2,
+        help="the checkpoint's default threshold defers this share of the held-out tokens",
+    )
+    g.add_argument("--bootstrap", type=int, default=1000, help="resamples for the AUC intervals")
+    return g
+
+
+FIT_ARGS = ("width", "buckets", "epochs", "lr", "batch_size", "patience", "seed")
+
+
+def fit_args(args) -> dict:
+    """The FitConfig fields `add_token_net_args` adds options for, from the parsed options."""
+    return {k: getattr(args, k) for k in FIT_ARGS}

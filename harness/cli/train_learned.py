@@ -11,28 +11,22 @@ from routers.learned import INPUTS
 
 
 def configure(p) -> None:
-    p.add_argument("--task", required=True, help="the task whose train split labelled the tokens")
-    p.add_argument("--task-arg", action="append", default=[], metavar="K=V")
-    p.add_argument("--out", required=True, help="folder for features, checkpoint, metrics")
-    p.add_argument(
-        "--labels",
-        default=None,
-        help="a token label file (train-citer's labels_r1.safetensors); default: made here",
+    labels = {
+        "default": None,
+        "help": "a token label file (train-citer's labels_r1.safetensors); default: made here",
+    }
+    target = {
+        "default": "oracle",
+        "choices": learned.TARGETS,
+        "help": "oracle: small's greedy token equals large's; citer: the file's own labels",
+    }
+    g = options.add_token_net_args(p, labels, target)
+    g.add_argument(
+        "--inputs",
+        default="dist,hidden,token",
+        help="what the network reads, comma-separated: dist (small's distribution), hidden "
+        "(its last hidden state), token (the drafted token)",
     )
-    p.add_argument(
-        "--target",
-        default="oracle",
-        choices=learned.TARGETS,
-        help="oracle: small's greedy token equals large's; citer: the file's own labels",
-    )
-    p.add_argument(
-        "--features",
-        default=None,
-        metavar="DIR",
-        help="small's features along the labels' trajectories (default OUT/features; another "
-        "training on the same label file can share them)",
-    )
-    p.add_argument("--split-seed", type=int, default=0)
     g = p.add_argument_group("labels made here (without --labels)")
     g.add_argument("--train-limit", type=int, default=40, help="first N train examples")
     g.add_argument("--mode", default="label_free", choices=("reference", "label_free"))
@@ -47,27 +41,6 @@ def configure(p) -> None:
         default=0,
         help="budget of answers decoded here (0: the task's)",
     )
-    g = p.add_argument_group("network and training")
-    g.add_argument(
-        "--inputs",
-        default="dist,hidden,token",
-        help="what the network reads, comma-separated: dist (small's distribution), hidden "
-        "(its last hidden state), token (the drafted token)",
-    )
-    g.add_argument("--width", type=int, default=128)
-    g.add_argument("--buckets", type=int, default=4096, help="drafted-token embedding rows")
-    g.add_argument("--epochs", type=int, default=20)
-    g.add_argument("--lr", type=float, default=1e-3)
-    g.add_argument("--batch-size", type=int, default=256)
-    g.add_argument("--patience", type=int, default=3)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument(
-        "--target-share",
-        type=float,
-        default=0.2,
-        help="the checkpoint's default threshold defers this share of the held-out tokens",
-    )
-    g.add_argument("--bootstrap", type=int, default=1000, help="resamples for the AUC intervals")
     g = p.add_argument_group("overhead")
     g.add_argument(
         "--overhead", type=int, default=0, metavar="N", help="time the router on N calib prompts"
@@ -82,13 +55,6 @@ def run(args) -> int:
     if not inputs or inputs - set(INPUTS):
         raise UserError(f"--inputs takes a comma-separated subset of {','.join(INPUTS)}")
     fit = learned.FitConfig(
-        inputs=tuple(i for i in INPUTS if i in inputs),
-        width=args.width,
-        buckets=args.buckets,
-        epochs=args.epochs,
-        lr=args.lr,
-        batch_size=args.batch_size,
-        patience=args.patience,
-        seed=args.seed,
+        inputs=tuple(i for i in INPUTS if i in inputs), **options.fit_args(args)
     )
     return learned.train(args, fit)

@@ -42,25 +42,17 @@ from harness.core.forcing import FORCED_CHUNK, forced_passes
 from harness.core.loop import DecodeConfig
 from harness.errors import UserError
 from harness.files import file_sha256
+from harness.training import token_net
 from harness.training.citer import _read_trajectories
-from harness.training.common import (
-    EarlyStopping,
-    auc,
-    label_config,
-    nothing_to_do,
-    provenance,
-    train_calib,
-)
-from harness.training.labels import TokenLabels, _bar, _write, build_labels
+from harness.training.common import auc, label_config, nothing_to_do, train_calib
+from harness.training.labels import TokenLabels, build_labels
 from routers import parse_args
 from routers.baselines import EntropyRouter, SmallOnly
-from routers.calibration import calibrated_threshold
 from routers.learned import FEATURES, INPUTS, LearnedNet, LearnedRouter, distribution_features
 from tasks import get_task
 
 FEATURES_SCHEMA = "hybridbench.learned_features/1"
 TARGETS = ("oracle", "citer")
-GROUP = 32  # examples per features file: a resumed step redoes at most this many
 SHARES = (0.1, 0.2, 0.35)  # deferral shares at which metrics.json compares the scorers
 
 
@@ -105,61 +97,22 @@ def build_features(engine, task, data, labels_digest: str, folder: Path, progres
     in file order): example (index into the file's example ids), draft (small's greedy token:
     what the router sees drafted there), dist [N, F], hidden [N, H] bf16, label (the file's),
     oracle (1 where small's greedy token equals large's), match (small's argmax now equals
-    the file's: the same model and backend). Kept `GROUP` examples a file under
+    the file's: the same model and backend). Kept `token_net.GROUP` examples a file under
     `folder`; files of these labels already there are read, not made again."""
-    want = data.meta.get("models", {}).get("small", {}).get("sha256")
-    have = engine.backends["small"].info.sha256
-    if want and have and want != have:
-        raise UserError("the label file was made with another small model than the one given")
-    by_id = {ex.id: ex for ex in task.load()}
-    done = set(data.meta.get("done", []))
-    order = [j for j, i in enumerate(data.example_ids) if i in done]
-    if not order:
-        raise UserError("the label file holds no finished example")
-    folder.mkdir(parents=True, exist_ok=True)
-    parts = []
-    bar = _bar(len(order), "features", progress)
-    for s in range(0, len(order), GROUP):
-        group = order[s : s + GROUP]
-        ids = [data.example_ids[j] for j in group]
-        path = folder / f"{s // GROUP:04d}.hidden.safetensors"
-        meta = {"schema": FEATURES_SCHEMA, "labels": labels_digest, "examples": ids}
-        if path.exists():
-            cols = _read_features(path, meta)
-        else:
-            cols = _features_of(engine, by_id, data, group)
-            _write(path, cols, meta)
-        parts.append(cols)
-        bar and bar.update(len(group))
-    bar and bar.close()
-    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-
-
-def _read_features(path: Path, meta: dict) -> dict:
-    from safetensors import safe_open  # (as labels.py: imported when a file is read)
-
-    with safe_open(str(path), framework="pt") as f:
-        if {k: json.loads(v) for k, v in (f.metadata() or {}).items()} != meta:
-            raise UserError(f"{path} holds features of other labels; give another folder")
-        return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    return token_net.build_features(
+        engine, task, data, labels_digest, folder, FEATURES_SCHEMA, _features_of, progress
+    )
 
 
 def _features_of(engine, by_id: dict, data, group: list[int]) -> dict:
     cols = {k: [] for k in ("example", "draft", "dist", "hidden", "label", "oracle", "match")}
     small = engine.backends["small"]
-    for j in group:
-        ex_id = data.example_ids[j]
-        if ex_id not in by_id:
-            raise UserError(f"{ex_id} of the label file is not an example of the task")
-        rows = data.rows_of(j)
-        traj, drafts = data["context_token"][rows], data["small_token"][rows]
-        dist, hid, top = forced_features(small, engine.encode(by_id[ex_id].messages), traj, drafts)
-        cols["example"].append(torch.full((len(rows),), j, dtype=torch.int32))
-        cols["draft"].append(drafts)
+    for labels, prompt, traj, drafts in token_net.labelled_examples(engine, by_id, data, group):
+        dist, hid, top = forced_features(small, prompt, traj, drafts)
+        for name, col in labels.items():
+            cols[name].append(col)
         cols["dist"].append(dist)
         cols["hidden"].append(hid)
-        cols["label"].append(data["label"][rows])
-        cols["oracle"].append((drafts == data["large_token"][rows]).to(torch.int8))
         cols["match"].append(top == drafts)
     return {k: torch.cat(v) for k, v in cols.items()}
 
@@ -196,61 +149,31 @@ def example_parts(groups: torch.Tensor, fit: FitConfig) -> torch.Tensor:
     return part
 
 
-def _inputs(cols: dict, idx: torch.Tensor, inputs) -> tuple:
-    return (
+def _inputs(cols: dict, inputs):
+    return lambda idx: (
         cols["dist"][idx] if "dist" in inputs else None,
         cols["hidden"][idx].float() if "hidden" in inputs else None,
         cols["draft"][idx],
     )
 
 
-@torch.no_grad()
 def predict(net: LearnedNet, cols: dict, idx: torch.Tensor, batch: int = 4096) -> torch.Tensor:
     """P(small suffices) of rows `idx`."""
-    net.eval()
-    out = [
-        torch.sigmoid(net(*_inputs(cols, idx[s : s + batch], net.inputs)))
-        for s in range(0, len(idx), batch)
-    ]
-    return torch.cat(out) if out else torch.zeros(0)
+    return token_net.predict(net, _inputs(cols, net.inputs), idx, batch)
 
 
 def fit_net(cols: dict, rows, y, part, fit: FitConfig, log_path=None, progress=True):
-    """BCE training of `LearnedNet` on the rows of part 0 with early stopping on part 1.
+    """BCE training of `LearnedNet` (Adam) on the rows of part 0 with early stopping on part 1.
     Returns (the best network by validation loss, stats)."""
-    fit_rows, val_rows = rows[part == 0], rows[part == 1]
-    y_fit, y_val = y[part == 0], y[part == 1]
-    if len(torch.unique(y_fit)) < 2:
-        raise UserError("the fitting rows have one label only: nothing to learn")
+    split = token_net.fitting_rows(rows, y, part)
     torch.manual_seed(fit.seed)
-    g = torch.Generator().manual_seed(fit.seed)
     net = LearnedNet(fit.inputs, cols["hidden"].shape[1], fit.buckets, fit.width, fit.dropout)
-    dist = cols["dist"][fit_rows]
+    dist = cols["dist"][split[0]]
     net.feature_mean.copy_(dist.mean(0))
     net.feature_std.copy_(dist.std(0).clamp(min=1e-6))
     opt = torch.optim.Adam(net.parameters(), lr=fit.lr, weight_decay=fit.weight_decay)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    early, epoch = EarlyStopping(fit.patience, log_path, progress), 0
-    for epoch in range(1, fit.epochs + 1):
-        net.train()
-        order = torch.randperm(len(fit_rows), generator=g)
-        total = 0.0
-        for s in range(0, len(order), fit.batch_size):
-            b = order[s : s + fit.batch_size]
-            loss = loss_fn(net(*_inputs(cols, fit_rows[b], net.inputs)), y_fit[b])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(b)
-        p = predict(net, cols, val_rows).clamp(1e-7, 1 - 1e-7)
-        val_loss = float(torch.nn.functional.binary_cross_entropy(p, y_val))
-        row = {"epoch": epoch, "train_loss": total / len(fit_rows), "val_loss": val_loss}
-        row["val_auc"] = auc(p, y_val)
-        if early.stop(net, row, val_loss):
-            break
-    net.load_state_dict(early.best_state)
-    stats = {"fit_rows": len(fit_rows), "val_rows": len(val_rows), "epochs": epoch}
-    return net.eval(), stats | {"val_loss": early.best}
+    inputs = _inputs(cols, net.inputs)
+    return token_net.fit_epochs(net, opt, inputs, split, fit, log_path=log_path, progress=progress)
 
 
 # 3. Held-out comparison with the thresholds' signals
@@ -375,8 +298,7 @@ def overhead(engine, router, prompts: list[list[int]], tokens: int, rounds: int 
 
 def train(args, fit: FitConfig) -> int:
     """The command: labels (read or made), features, fit, metrics.json, overhead.json."""
-    if not 0 < args.target_share < 1:
-        raise UserError(f"--target-share must be in (0, 1), got {args.target_share}")
+    token_net.check_target_share(args.target_share)
     task = get_task(args.task, **parse_args(args.task_arg))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -384,24 +306,14 @@ def train(args, fit: FitConfig) -> int:
         raise UserError(f"label file not found: {args.labels}")
     engine = engine_from_args(args)
     data, labels_path = _labels(engine, task, args, out)
-    if data.meta.get("task") != task.name:
-        raise UserError(f"{labels_path} labels task {data.meta.get('task')!r}, not {task.name!r}")
-    split = (data.meta.get("split"), data.meta.get("split_seed"))
-    if split != ("train", args.split_seed):  # calib and test are drawn with --split-seed
-        raise UserError(f"{labels_path} labels split {split}, not ('train', {args.split_seed})")
+    token_net.check_labels(data, labels_path, task, args.split_seed)
     digest = file_sha256(labels_path)
-    identity = {"labels_sha256": digest, "target": args.target, "fit": asdict(fit)}
+    identity = token_net.identity_of(digest, args.target, fit)
     ckpt_path = out / "learned.pt"
-    finished = ckpt_path.exists()
-    if finished:
-        ckpt = torch.load(ckpt_path, weights_only=True)
-        if ckpt.get("identity") != identity:
-            raise UserError(
-                f"{ckpt_path} was trained with other labels or settings; use another --out"
-            )
-    else:
+    finished = token_net.trained_already(ckpt_path, identity)
+    if not finished:
         cols = build_features(engine, task, data, digest, Path(args.features or out / "features"))
-        _fit_and_save(engine, task, data, cols, fit, args, identity, labels_path, out)
+        _fit_and_save(engine, task, data, cols, fit, args, identity, labels_path)
     router = LearnedRouter(str(ckpt_path))
     measure = args.overhead and not _measured(out / "overhead.json", args)
     if finished and not measure:
@@ -437,12 +349,11 @@ def _labels(engine, task, args, out: Path):
     return data, path
 
 
-def _fit_and_save(engine, task, data, cols, fit, args, identity, labels_path, out: Path) -> None:
+def _fit_and_save(engine, task, data, cols, fit, args, identity, labels_path) -> None:
     rows, y = target_rows(cols, args.target)
     groups = cols["example"][rows]
     part = example_parts(groups, fit)
-    log = out / "train_log.jsonl"
-    net, stats = fit_net(cols, rows, y, part, fit, log_path=log)
+    net, stats = fit_net(cols, rows, y, part, fit, log_path=Path(args.out) / "train_log.jsonl")
     held = rows[part == 2]
     scores = {"learned": predict(net, cols, held), **baseline_scores(cols, held)}
     report = compare_scores(scores, y[part == 2], groups[part == 2], args.bootstrap, fit.seed)
@@ -453,36 +364,15 @@ def _fit_and_save(engine, task, data, cols, fit, args, identity, labels_path, ou
         "argmax_match": float(cols["match"].float().mean()),  # same model and backend: ~1
         "training": stats,
     }
-    used = sorted({data.example_ids[int(j)] for j in torch.unique(cols["example"])})
-    common = provenance(engine, task, data.meta.get("split_seed", 0), [], [])
-    # metrics first: a checkpoint on disk means its step is complete (a rerun skips it)
-    (out / "metrics.json").write_text(json.dumps(report, indent=1) + "\n")
-    torch.save(
-        {
-            "kind": "learned",
-            "config": {
-                "inputs": fit.inputs,
-                "hidden_size": int(cols["hidden"].shape[1]),
-                "buckets": fit.buckets,
-                "width": fit.width,
-                "dropout": fit.dropout,
-            },
-            "state_dict": net.state_dict(),
-            # tau deferring the target share of the held-out train tokens (teacher-forced along
-            # the label file's trajectories); a calibration file gives the one along small's answers
-            "threshold": calibrated_threshold(scores["learned"], args.target_share),
-            "target_share": args.target_share,
-            "identity": identity,
-            "target": args.target,
-            "labels": str(labels_path),
-            "stats": {**stats, "heldout_auc": report["auc"]["learned"]["value"]},
-            **{k: v for k, v in common.items() if k not in ("train_ids", "calib_ids")},
-            "train_ids": used,
-        },
-        out / "learned.pt",
-    )
-    aucs = ", ".join(f"{n} {v['value']:.3f} {v['ci95']}" for n, v in report["auc"].items())
-    print(f"held-out AUC: {aucs} ({report['examples']} examples)", file=sys.stderr)
+    config = {
+        "inputs": fit.inputs,
+        "hidden_size": int(cols["hidden"].shape[1]),
+        "buckets": fit.buckets,
+        "width": fit.width,
+        "dropout": fit.dropout,
+    }
+    run = (args, engine, task, data, cols, identity, labels_path)
+    token_net.save_router("learned", net, config, report, scores["learned"], stats, run)
 
 
 def _measured(path: Path, args) -> bool:
