@@ -129,7 +129,7 @@ def test_below_the_cli_functions_take_typed_values_not_parsed_options():
     `harness/cli/` takes the parsed options (a parameter `args` whose attributes it reads),
     except in TAKES_PARSED_OPTIONS: the learned and R2R routers' `train(args)`. (`generate`
     hands its parsed decoding options to `decode_config`, which reads them by name as it reads a
-    `RunSpec`.)"""
+    `RunSpec`.) `RunSpec.from_args`, the conversion itself, is called from `harness/cli/` only."""
     assert reads_parsed_options(ast.parse("def f(args):\n    return args.task\n")) == [("f", 2)]
     assert not reads_parsed_options(ast.parse("def f(args):\n    return args.get('k')\n"))
     found = []
@@ -140,4 +140,10 @@ def test_below_the_cli_functions_take_typed_values_not_parsed_options():
                 continue
             tree = ast.parse(path.read_text(encoding="utf-8"))
             found += [f"{rel}:{line} {name}" for name, line in reads_parsed_options(tree)]
+            calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+            found += [
+                f"{rel}:{c.lineno} from_args"
+                for c in calls
+                if isinstance(c.func, ast.Attribute) and c.func.attr == "from_args"
+            ]
     assert not found, found
