@@ -87,3 +87,63 @@ def test_the_parsed_command_line_stops_in_the_cli():
                 if name == "Namespace":
                     found.append(f"{rel}:{node.lineno}")
     assert not found, found
+
+
+# Functions below `harness/cli/` that still take a command's parsed options: the learned and R2R
+# routers' training commands (`train(args)`, which hand them on to `engine_from_args` and, for
+# the learned router, to `label_config`), and the decoding options `hybridbench generate` hands
+# to `decode_config`, which reads any value carrying the decoding fields by name.
+TAKES_PARSED_OPTIONS = {
+    "harness/training/learned.py",
+    "harness/training/r2r.py",
+}
+DICT_METHODS = {"get", "items", "keys", "values", "setdefault", "pop", "update", "copy"}
+
+
+def reads_parsed_options(tree: ast.AST) -> list[tuple[str, int]]:
+    """(function, line) of each function taking a parameter named `args` and reading an
+    attribute of it (a dict's methods aside: router and task arguments travel as dicts)."""
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        params = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+        if "args" not in params:
+            continue
+        for node in ast.walk(fn):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "args"
+                and node.attr not in DICT_METHODS
+            ):
+                found.append((fn.name, node.lineno))
+                break
+    return found
+
+
+def test_below_the_cli_functions_take_typed_values_not_parsed_options():
+    """Each command's options are parsed once, in `harness/cli/`, into a typed value: a run's
+    `RunSpec` (calibrate's too), `SweepSpec`, `SubmitSpec`, `BenchSpec`, `ModelSpec`, and the
+    training commands' `CiterSpec`, `QuerySpec`, `RewardSpec`, `PairsSpec`. No function below
+    `harness/cli/` takes the parsed options (a parameter `args` whose attributes it reads),
+    except in TAKES_PARSED_OPTIONS: the learned and R2R routers' `train(args)`. (`generate`
+    hands its parsed decoding options to `decode_config`, which reads them by name as it reads a
+    `RunSpec`.) `RunSpec.from_args`, the conversion itself, is called from `harness/cli/` only."""
+    assert reads_parsed_options(ast.parse("def f(args):\n    return args.task\n")) == [("f", 2)]
+    assert not reads_parsed_options(ast.parse("def f(args):\n    return args.get('k')\n"))
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            if rel.startswith("harness/cli/") or rel in TAKES_PARSED_OPTIONS:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            found += [f"{rel}:{line} {name}" for name, line in reads_parsed_options(tree)]
+            calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+            found += [
+                f"{rel}:{c.lineno} from_args"
+                for c in calls
+                if isinstance(c.func, ast.Attribute) and c.func.attr == "from_args"
+            ]
+    assert not found, found

@@ -150,7 +150,7 @@ def test_sweep_passes_reuse_answers_to_query_routers_only(tmp_path):
         + ["--out", "x"]
         + ["--reuse-answers", "a,b"]
     )
-    jobs = {j.router: j.argv for j in sweep.plan_rows(args, tmp_path)}
+    jobs = {j.router: j.argv for j in sweep.plan_rows(sweep_command.spec_of(args), tmp_path)}
     assert "--reuse-answers" in jobs["random_query"] and "--reuse-answers" not in jobs["random"]
     assert "--reuse-answers" in jobs["oracle"]
     i = jobs["random_query"].index("--reuse-answers")

@@ -238,9 +238,8 @@ def _sweep_plan(tmp_path, routers_: str, jobs: str = "2"):
     sub = argparse.ArgumentParser(prog="sweep")
     sweep_command.configure(sub)
     argv = ["--task", "gsm8k", "--routers", routers_, "--targets", "0.2,0.6", "--limit", "2"]
-    return sweep.plan_rows(
-        sub.parse_args([*argv, "--jobs", jobs, "--out", str(tmp_path)]), tmp_path
-    )
+    args = sub.parse_args([*argv, "--jobs", jobs, "--out", str(tmp_path)])
+    return sweep.plan_rows(sweep_command.spec_of(args), tmp_path)
 
 
 def test_a_sweeps_parallel_rows_never_share_a_run_folder(tmp_path):

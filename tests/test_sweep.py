@@ -148,7 +148,7 @@ def test_a_fixed_argument_that_is_swept_pins_the_router_to_one_run(pair, tmp_pat
     sweep_command.configure(sub)
     argv = sweep_argv(pair, tmp_path, "random,entropy")[1:]
     argv += ["--router-arg", "entropy:threshold=0.5"]
-    jobs = sweep.plan_rows(sub.parse_args(argv), tmp_path)
+    jobs = sweep.plan_rows(sweep_command.spec_of(sub.parse_args(argv)), tmp_path)
     assert [j.name for j in jobs] == ["random__p=0.2", "random__p=0.6", "entropy__threshold=0.5"]
     assert jobs[-1].setting == {"threshold": 0.5}
 
@@ -159,11 +159,13 @@ def test_a_router_without_settings_is_named_by_its_fixed_arguments(pair, tmp_pat
 
     sub = argparse.ArgumentParser(prog="sweep")
     sweep_command.configure(sub)
-    plain = sweep.plan_rows(sub.parse_args(sweep_argv(pair, tmp_path, "speculative")[1:]), tmp_path)
-    argv = sweep_argv(pair, tmp_path, "speculative")[1:]
-    adaptive = sweep.plan_rows(
-        sub.parse_args(argv + ["--router-arg", "speculative:adaptive=true"]), tmp_path
+    plain = sweep.plan_rows(
+        sweep_command.spec_of(sub.parse_args(sweep_argv(pair, tmp_path, "speculative")[1:])),
+        tmp_path,
     )
+    argv = sweep_argv(pair, tmp_path, "speculative")[1:]
+    args = sub.parse_args(argv + ["--router-arg", "speculative:adaptive=true"])
+    adaptive = sweep.plan_rows(sweep_command.spec_of(args), tmp_path)
     assert [j.name for j in plain] == ["speculative__default"]
     assert [j.name for j in adaptive] == ["speculative__adaptive=true"]
     assert adaptive[0].setting == {"adaptive": True}
@@ -188,7 +190,7 @@ def test_run_command_lines_read_back_to_the_same_run(pair, tmp_path):
     sweep_command.configure(sub)
     args = sub.parse_args(sweep_argv(pair, tmp_path, "random,confidence")[1:])
     run_command.configure(parser)
-    jobs = sweep.plan_rows(args, tmp_path, sweep_command.passed_on(args))
+    jobs = sweep.plan_rows(sweep_command.spec_of(args), tmp_path)
     assert len(jobs) == 2 + len(routers.router_class("confidence").SWEEP_THRESHOLDS)
     for job in jobs:
         run = parser.parse_args(list(job.argv[1:]))
@@ -327,3 +329,35 @@ def test_rescore_recomputes_stored_scores_and_the_summary(pair, tmp_path):
     )  # fmt: skip
     assert again.returncode == 0 and "0 of 2 records rescored differently" in again.stdout
     assert list(out.glob("records.jsonl.before-rescore-*")) == [kept]  # no copy of the same
+
+
+def test_a_sweep_built_in_python_records_the_command_lines_a_shell_sweep_records(tmp_path):
+    """A `SweepSpec` plans the rows its command line plans, each recorded `run` line option for
+    option as sweep.json has always held it (a changed line would rerun a finished row)."""
+    import argparse
+
+    argv = ["--task", "gsm8k", "--routers", "random,speculative", "--targets", "0.3"]
+    argv += ["--limit", "2", "--out", str(tmp_path), "--threads", "1"]
+    argv += ["--router-arg", "speculative:k=4"]
+    parser = argparse.ArgumentParser(prog="sweep")
+    sweep_command.configure(parser)
+    spec = sweep.SweepSpec(
+        task="gsm8k",
+        routers=("random", "speculative"),
+        out=str(tmp_path),
+        targets=(0.3,),
+        router_args={"speculative": {"k": 4}},
+        limit=2,
+        models=sweep_command.ModelSpec(threads=1, batch="auto"),
+    )
+    assert spec == sweep_command.spec_of(parser.parse_args(argv))
+    rows = sweep.plan_rows(spec, tmp_path)
+    assert [r.name for r in rows] == ["random__p=0.3", "speculative__k=4"]
+    out = tmp_path / "random__p=0.3"
+    assert " ".join(rows[0].argv) == (
+        f"run --task gsm8k --router random --out {out} --split test --split-seed 0 "
+        "--router-arg p=0.3 --limit 2 --temperature 0.0 --top-p 1.0 "
+        "--seed 0 --dtype bfloat16 --small-device auto --large-device auto --threads 1 "
+        "--backend auto --batch auto"
+    )
+    assert "--router-arg k=4" in " ".join(rows[1].argv)

@@ -190,10 +190,10 @@ def load_backend(
     return backend, models.gguf_tokenizer(path, sha)
 
 
-def engine_from_args(args, router=None) -> Engine:
-    """Set threads, then load the pair named in args, plus the models `router` brings. `args`:
-    a `harness.backends.model_spec.ModelSpec`, or a `harness.evaluation.spec.RunSpec` (the same
-    fields), or a command's parsed options.
+def engine_from_args(spec, router=None) -> Engine:
+    """Set threads, then load the pair `spec` names, plus the models `router` brings. `spec`:
+    a `harness.backends.model_spec.ModelSpec`, or a value carrying its fields by name (a
+    `harness.evaluation.spec.RunSpec`).
 
     A `--large` that is an http(s) URL is an OpenAI-compatible completions server (llama.cpp's
     llama-server, vLLM) serving the large model; it must use small's tokenizer, which cannot be
@@ -204,29 +204,29 @@ def engine_from_args(args, router=None) -> Engine:
 
     from harness.backends import batch_size as batching
 
-    threads = max(1, args.threads or 1)
+    threads = max(1, spec.threads or 1)
     torch.set_num_threads(threads)
-    batch = batching.parse(str(getattr(args, "batch", 1)))
+    batch = batching.parse(str(getattr(spec, "batch", 1)))
     kw = {
-        "dtype": args.dtype,
+        "dtype": spec.dtype,
         "threads": threads,
-        "n_ctx": getattr(args, "n_ctx", None),
+        "n_ctx": getattr(spec, "n_ctx", None),
         "n_seq": max(batching.CANDIDATES) if batch == "auto" else batch,
     }
-    small_kind = args.small_backend or args.backend
-    if _is_url(args.large):
-        if args.large_backend:
+    small_kind = spec.small_backend or spec.backend
+    if _is_url(spec.large):
+        if spec.large_backend:
             raise UserError("--large-backend does not apply to a remote large model")
-        engine = remote_engine(args.large, args.small, backend=small_kind, **kw)
+        engine = remote_engine(spec.large, spec.small, backend=small_kind, **kw)
     else:
         engine = Engine.load(
-            args.small,
-            args.large,
-            small_device=args.small_device,
-            large_device=args.large_device,
-            backend=args.backend,
-            small_backend=args.small_backend,
-            large_backend=args.large_backend,
+            spec.small,
+            spec.large,
+            small_device=spec.small_device,
+            large_device=spec.large_device,
+            backend=spec.backend,
+            small_backend=spec.small_backend,
+            large_backend=spec.large_backend,
             **kw,
         )
     for role, backend in (router.backends(engine) if router else {}).items():
@@ -275,17 +275,18 @@ def remote_engine(
     return Engine(tokenizer, {"small": s, "large": remote})
 
 
-def decode_config(args, **extra):
-    """DecodeConfig from parsed args, with user-facing checks."""
-    if args.max_new_tokens is not None and args.max_new_tokens < 0:
-        raise UserError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    if args.temperature < 0:
-        raise UserError(f"--temperature must be >= 0, got {args.temperature}")
-    if not 0 < args.top_p <= 1:
-        raise UserError(f"--top-p must be in (0, 1], got {args.top_p}")
-    kw = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed, **extra}
-    if args.max_new_tokens is not None:
-        kw["max_new_tokens"] = args.max_new_tokens
+def decode_config(spec, **extra):
+    """DecodeConfig from the decoding fields of `spec` (a `RunSpec`, or the command line's
+    options of those names), with user-facing checks."""
+    if spec.max_new_tokens is not None and spec.max_new_tokens < 0:
+        raise UserError(f"--max-new-tokens must be >= 0, got {spec.max_new_tokens}")
+    if spec.temperature < 0:
+        raise UserError(f"--temperature must be >= 0, got {spec.temperature}")
+    if not 0 < spec.top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1], got {spec.top_p}")
+    kw = {"temperature": spec.temperature, "top_p": spec.top_p, "seed": spec.seed, **extra}
+    if spec.max_new_tokens is not None:
+        kw["max_new_tokens"] = spec.max_new_tokens
     return DecodeConfig(**kw)
 
 
@@ -294,24 +295,25 @@ def _is_url(source: str | None) -> bool:
     return (source or "").startswith(("http://", "https://"))
 
 
-def backend_kinds(args) -> dict[str, str]:
-    """Role -> resolved backend for the pair named in args (for a run's identity)."""
+def backend_kinds(spec) -> dict[str, str]:
+    """Role -> resolved backend for the pair `spec` names (a `ModelSpec` or a `RunSpec`; for a
+    run's identity)."""
     from harness.backends import models
 
-    if _is_url(args.large):
+    if _is_url(spec.large):
         large = "remote"
     else:
         large = backend_kind(
-            args.large or models.DEFAULT_LARGE,
-            args.large_backend or args.backend,
-            args.large_device,
+            spec.large or models.DEFAULT_LARGE,
+            spec.large_backend or spec.backend,
+            spec.large_device,
             "large",
         )
     small_source, small_kind = (
-        args.small or models.DEFAULT_SMALL,
-        args.small_backend or args.backend,
+        spec.small or models.DEFAULT_SMALL,
+        spec.small_backend or spec.backend,
     )
     return {
-        "small": backend_kind(small_source, small_kind, args.small_device, "small"),
+        "small": backend_kind(small_source, small_kind, spec.small_device, "small"),
         "large": large,
     }

@@ -4,8 +4,8 @@ generations to decode together; the options every command that loads the pair sh
 
     engine = engine_from_args(ModelSpec(small="models/small", large="models/large"))
 
-`harness.backends.engine.engine_from_args` reads these fields by name, so it takes this spec, a
-`harness.evaluation.spec.RunSpec` (which carries the same fields) or the parsed options alike.
+`harness.backends.engine.engine_from_args` reads these fields by name, so it takes this spec or
+a `harness.evaluation.spec.RunSpec` (which carries the same fields) alike.
 """
 
 from __future__ import annotations

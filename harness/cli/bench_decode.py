@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.backends.model_spec import ModelSpec
 from harness.cli import options
 from harness.evaluation import bench
 
@@ -24,4 +25,11 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    return bench.bench_decode(args)
+    spec = options.typed(
+        bench.BenchSpec,
+        args,
+        rates=tuple(float(r) for r in args.rates.split(",")),
+        backends=tuple(b.strip() for b in (args.backends or "").split(",") if b.strip()),
+        models=ModelSpec.of(args),
+    )
+    return bench.bench_decode(spec)

@@ -6,6 +6,7 @@ import path (`routers.score.ScoreRouter`; docs/routers.md).
 from __future__ import annotations
 
 from harness.cli import options
+from harness.evaluation.spec import RunSpec
 from harness.training import calibrate
 
 
@@ -43,4 +44,12 @@ def configure(p, router: str | None = None) -> None:
 
 
 def run(args) -> int:
-    return calibrate.calibrate(args)
+    """The calibration `spec_of(args)` says, its answers from `--records`, its scorer from
+    `--checkpoint`."""
+    return calibrate.calibrate(spec_of(args), records=args.records, checkpoint=args.checkpoint)
+
+
+def spec_of(args) -> RunSpec:
+    """What to calibrate, as a run: the router, its task split and decoding, the pair; its `out`
+    the calibration file."""
+    return RunSpec.from_args(args)

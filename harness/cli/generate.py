@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from harness.backends.engine import engine_from_args
+from harness.backends.model_spec import ModelSpec
 from harness.cli import options
 from harness.errors import UserError
 
@@ -25,7 +26,7 @@ def run(args) -> int:
     cfg = options.decode_config(args)
     if not args.prompt.strip():
         raise UserError("--prompt is empty")
-    engine = engine_from_args(args, router)
+    engine = engine_from_args(ModelSpec.of(args), router)
     gen = engine.generate(router, engine.encode(args.prompt), cfg)
     print(marked(engine.tokenizer, gen.token_ids, gen.provenance, sys.stdout.isatty()))
     print(summary_line(gen), file=sys.stderr)

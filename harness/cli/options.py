@@ -4,11 +4,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from harness.backends.engine import decode_config  # noqa: F401  (commands take it from here)
 
 BACKENDS = ("auto", "hf", "llama.cpp")  # harness.backends.NAMES, without importing torch
+
+
+def typed(cls, args, **values):
+    """The frozen dataclass `cls` of a command's parsed options: each field from the option of
+    its name, or from `values` (typed here, e.g. parsed `K=V` arguments); a field that neither
+    gives keeps its default."""
+    names = {f.name for f in dataclasses.fields(cls)} - values.keys()
+    return cls(**{k: getattr(args, k) for k in names if hasattr(args, k)}, **values)
 
 
 def add_batch_arg(p: argparse.ArgumentParser) -> None:

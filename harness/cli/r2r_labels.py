@@ -6,6 +6,7 @@ changed. Resumable per example; what it cost goes to OUT/cost.jsonl."""
 from __future__ import annotations
 
 from harness.backends.engine import engine_from_args
+from harness.backends.model_spec import ModelSpec
 from harness.cli import options
 from harness.errors import UserError
 from harness.training import critical
@@ -55,7 +56,7 @@ def run(args) -> int:
         nothing_to_do()
         print(f"labels: {args.out}/{critical.LABELS} (done)")
         return 0
-    engine = engine_from_args(args)
+    engine = engine_from_args(ModelSpec.of(args))
     data = critical.build_critical(
         engine, task, examples, cfg, args.out, split_seed=args.split_seed
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.backends.model_spec import ModelSpec
 from harness.cli import options
 from harness.training import reward_data
 from harness.training.reward_data import (
@@ -29,4 +30,12 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    return reward_data.make_pairs(args)
+    spec = options.typed(
+        reward_data.PairsSpec,
+        args,
+        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+        temperature=reward_data.parse_range(args.temperature),
+        top_p=reward_data.parse_range(args.top_p),
+        models=ModelSpec.of(args),
+    )
+    return reward_data.make_pairs(spec)

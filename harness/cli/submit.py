@@ -9,13 +9,12 @@ llama.cpp, the edition's decoding); the command refuses with the reason when the
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-
+from harness.backends.model_spec import ModelSpec
 from harness.cli import options
 from harness.evaluation import submit
-from harness.evaluation.spec import RunSpec, arg_text
+from harness.evaluation.submit import SubmitSpec
 from harness.training.calibrate import calibrate
+from routers import parse_args
 
 
 def configure(p) -> None:
@@ -61,13 +60,24 @@ def configure(p) -> None:
 def run(args) -> int:
     if args.verdicts_only:
         return submit.rewrite(args.edition, args.out)
-    return submit.submit(args, _calibrate)
+    return submit.submit(spec_of(args), calibrate)
 
 
-def _calibrate(spec: RunSpec, records: str | None, engine) -> int:
-    """`hybridbench calibrate` of the submission's router on the spec's split, with its options
-    (the command line's, as the calibrate command reads them)."""
-    values = dataclasses.asdict(spec)
-    values["task_arg"] = [f"{k}={arg_text(v)}" for k, v in values.pop("task_args").items()]
-    values["router_arg"] = [f"{k}={arg_text(v)}" for k, v in values.pop("router_args").items()]
-    return calibrate(argparse.Namespace(**values, records=records, checkpoint=None), engine)
+def spec_of(args) -> SubmitSpec:
+    """The submission of `hybridbench submit`'s parsed options."""
+    return SubmitSpec(
+        router=args.router,
+        edition=args.edition,
+        out=args.out,
+        router_args=parse_args(args.router_arg),
+        task=args.task,
+        split=args.split,
+        calib_limit=args.calib_limit,
+        calib_records=args.calib_records,
+        anchor_limit=args.anchor_limit,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        models=ModelSpec.of(args),
+    )

@@ -10,14 +10,12 @@ import time
 import traceback
 from pathlib import Path
 
+from harness.backends.model_spec import ModelSpec
 from harness.cli import options
 from harness.cli import run as run_command
 from harness.errors import UserError
 from harness.evaluation import sweep
-from harness.evaluation.sweep import (
-    DEFAULT_TARGETS,
-    Outcome,
-)
+from harness.evaluation.sweep import DEFAULT_TARGETS, Outcome, SweepSpec
 
 
 def configure(p) -> None:
@@ -61,22 +59,33 @@ def _add_run_options(p) -> None:
 
 
 def run(args) -> int:
-    return sweep.sweep(args, run_job, passed_on(args))
+    return sweep.sweep(spec_of(args), run_job)
 
 
-def passed_on(args) -> list[str]:
-    """The model and decode options as given, read off the parser `run` shares with the sweep."""
-    p = argparse.ArgumentParser(add_help=False)
-    _add_run_options(p)
-    argv = []
-    for action in p._actions:
-        value = getattr(args, action.dest, None)
-        if value is None:
-            continue
-        if action.dest in ("small", "large") and Path(value).exists():
-            value = Path(value).resolve()
-        argv += [action.option_strings[0], str(value)]
-    return argv
+def spec_of(args) -> SweepSpec:
+    """The sweep of `hybridbench sweep`'s parsed options."""
+    routers = sweep.parse_routers(args.routers)
+    return SweepSpec(
+        task=args.task,
+        routers=routers,
+        out=args.out,
+        task_args=tuple(args.task_arg),
+        targets=tuple(sweep.parse_targets(args.targets)),
+        router_args=sweep.fixed_router_args(args.router_arg, list(routers)),
+        split=args.split,
+        split_seed=args.split_seed,
+        limit=args.limit,
+        reuse_answers=args.reuse_answers,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        models=ModelSpec.of(args),
+        executor=args.executor,
+        jobs=args.jobs,
+        ray_address=args.ray_address,
+        ray_cpus=args.ray_cpus,
+    )
 
 
 def run_job(name: str, argv: tuple[str, ...], log: str | None = None) -> Outcome:

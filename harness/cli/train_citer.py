@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from harness.backends.model_spec import ModelSpec
 from harness.cli import options
 from harness.training import citer
+from routers import parse_args
 
 
 def configure(p) -> None:
@@ -39,4 +41,7 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    return citer.train(args)
+    spec = options.typed(
+        citer.CiterSpec, args, task_args=parse_args(args.task_arg), models=ModelSpec.of(args)
+    )
+    return citer.train(spec)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from harness.backends.model_spec import ModelSpec
 from harness.cli import options
 from harness.training import query
+from routers import parse_args
 
 
 def configure(p) -> None:
@@ -27,4 +29,7 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    return query.train(args)
+    spec = options.typed(
+        query.QuerySpec, args, task_args=parse_args(args.task_arg), models=ModelSpec.of(args)
+    )
+    return query.train(spec)

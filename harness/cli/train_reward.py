@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.cli import options
 from harness.training import reward
 from harness.training.reward import (
     HEAD_DEFAULTS,
@@ -40,4 +41,4 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    return reward.train(args)
+    return reward.train(options.typed(reward.RewardSpec, args))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.backends.engine import backend_kinds, engine_from_args
@@ -39,6 +39,22 @@ FALLBACK_PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number.",
     "Tom reads 12 pages a day. How many days does he need for a 300-page book?",
 ]
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """One `hybridbench bench-decode`: how much to decode, which routers, on which pair."""
+
+    prompts: int = 3  # gsm8k test prompts decoded
+    tokens: int = 64  # tokens per prompt (EOS ignored)
+    rates: tuple[float, ...] = (0.1, 0.3, 0.5)  # the random router's defer probabilities
+    out: str | None = None  # also write the measurements as JSON here
+    seed: int = 0
+    reward: str | None = None  # a reward checkpoint: adds a reward row
+    reward_calibration: str | None = None  # its calibration file (target share 0.2)
+    citer: str | None = None  # a CITER checkpoint: adds a citer row
+    backends: tuple[str, ...] = ()  # one table each, in this process (): `models.backend`
+    models: ModelSpec = ModelSpec()  # the pair
 
 
 def prompts(n: int) -> list:
@@ -82,16 +98,16 @@ def _tok_s(result: dict, config: str) -> float:
     return next(r["tok_s"] for r in result["rows"] if r["config"] == config)
 
 
-def bench_one(args, models: ModelSpec):
+def bench_one(spec: BenchSpec, models: ModelSpec):
     """(t_small, t_large, rows, n_prompts) for the pair `models` names."""
     from routers import get_router
 
     engine = engine_from_args(models)
-    ids = [engine.encode(p) for p in prompts(args.prompts)]
-    rates = [float(r) for r in args.rates.split(",")]
-    measure(engine, get_router("random", {"p": 0.5}), ids[:1], 8, args.seed)  # warm-up, discarded
-    small = measure(engine, get_router("small"), ids, args.tokens, args.seed)
-    large = measure(engine, get_router("large"), ids, args.tokens, args.seed)
+    ids = [engine.encode(p) for p in prompts(spec.prompts)]
+    rates = list(spec.rates)
+    measure(engine, get_router("random", {"p": 0.5}), ids[:1], 8, spec.seed)  # warm-up, discarded
+    small = measure(engine, get_router("small"), ids, spec.tokens, spec.seed)
+    large = measure(engine, get_router("large"), ids, spec.tokens, spec.seed)
     t_s, t_l = (
         median_forward(small["forwards"], "small"),
         median_forward(large["forwards"], "large"),
@@ -106,36 +122,36 @@ def bench_one(args, models: ModelSpec):
     routers += [
         ("speculative k=4", get_router("speculative", {"k": 4})),
         ("speculative adaptive", adaptive),
-        *_trained_routers(args, engine),
+        *_trained_routers(spec, engine),
     ]
     for name, router in routers:
-        r = measure(engine, router, ids, args.tokens, args.seed)
+        r = measure(engine, router, ids, spec.tokens, spec.seed)
         small_passes = sum(f.model == "small" for f in r["forwards"])
         large_s = sum(f.seconds for f in r["forwards"] if f.model == "large")
         with_catch = r["tokens"] / (small_passes * t_s + large_s)
         rows.append(_row(name, r, 1 / (t_s + r["share"] * t_l), with_catch, large, t_s))
-    rows += own_generation_rows(engine, ids, args.tokens, large)
+    rows += own_generation_rows(engine, ids, spec.tokens, large)
     return t_s, t_l, rows, len(ids)
 
 
-def _trained_routers(args, engine) -> list:
+def _trained_routers(spec: BenchSpec, engine) -> list:
     """The reward and CITER rows, when their checkpoints are given. Speed only: a CITER
     checkpoint trained on another backend's hidden states is timed all the same."""
     from routers import get_router
 
     out = []
-    if args.reward:
+    if spec.reward:
         router = get_router(
             "reward",
-            {"checkpoint": args.reward, "target_share": 0.2, "calibration": args.reward_calibration}
-            if args.reward_calibration
-            else {"checkpoint": args.reward, "threshold": 0.0},
+            {"checkpoint": spec.reward, "target_share": 0.2, "calibration": spec.reward_calibration}
+            if spec.reward_calibration
+            else {"checkpoint": spec.reward, "threshold": 0.0},
         )
         for role, backend in router.backends(engine).items():
             engine.add(role, backend)
         out.append(("reward", router))
-    if args.citer:
-        out.append(("citer", get_router("citer", {"path": args.citer})))
+    if spec.citer:
+        out.append(("citer", get_router("citer", {"path": spec.citer})))
     return out
 
 
@@ -228,21 +244,20 @@ def _table(rows, t_s, t_l, n_prompts, n_tokens) -> str:
     return "\n".join(lines)
 
 
-def bench_decode(args) -> int:
+def bench_decode(spec: BenchSpec) -> int:
     """One table per backend in --backends (default: --backend), all in this one process, and
     the llama.cpp / hf speed ratios when both ran."""
-    kinds = [b.strip() for b in (args.backends or args.backend).split(",") if b.strip()]
     results = {}
-    for kind in kinds:
-        models = replace(ModelSpec.of(args), backend=kind)
+    for kind in spec.backends or (spec.models.backend,):
+        models = replace(spec.models, backend=kind)
         resolved = "+".join(dict.fromkeys(backend_kinds(models).values()))  # e.g. "llama.cpp"
-        t_s, t_l, rows, n = bench_one(args, models)
+        t_s, t_l, rows, n = bench_one(spec, models)
         results[resolved] = {"t_small": t_s, "t_large": t_l, "rows": rows}
-        print(f"\nbackend {resolved}: " + _table(rows, t_s, t_l, n, args.tokens), flush=True)
+        print(f"\nbackend {resolved}: " + _table(rows, t_s, t_l, n, spec.tokens), flush=True)
     if {"hf", "llama.cpp"} <= results.keys():
         for config in ("small-only", "large-only"):
             ratio = _tok_s(results["llama.cpp"], config) / _tok_s(results["hf"], config)
             print(f"{config}: llama.cpp / hf = {ratio:.2f}x")
-    if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=2))
+    if spec.out:
+        Path(spec.out).write_text(json.dumps(results, indent=2))
     return 0

@@ -33,12 +33,13 @@ import math
 import os
 import shutil
 import sys
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from harness.backends.engine import backend_kinds, decode_config, engine_from_args
 from harness.backends.machine import machine_id
+from harness.backends.model_spec import ModelSpec
 from harness.core.loop import DecodeConfig
 from harness.core.run_folder import RunFolder
 from harness.errors import UserError
@@ -50,13 +51,37 @@ from reports import load_runs, write_report
 from reports.load import run_dirs
 from reports.tables import ENDS
 from reports.text import MATCH
-from routers import get_router, parse_args, router_class, router_entry
+from routers import get_router, router_class, router_entry
 from routers.score import ScoreRouter
 from tasks import get_task, task_ref
 
-# Calibrates a score router: `harness.training.calibrate.calibrate(args, engine)`, handed in by
-# the command line (training sits above evaluation).
+# Calibrates a score router: `harness.training.calibrate.calibrate(spec, records, engine)`, handed
+# in by the command line (training sits above evaluation).
 Calibrate = Callable[[RunSpec, str | None, object], int]
+
+
+@dataclass(frozen=True)
+class SubmitSpec:
+    """One `hybridbench submit`: a router, the edition it is placed on, and this machine's pair."""
+
+    router: str  # router name, import path or entry point
+    edition: str  # a published task folder (its run folders)
+    out: str  # the submission folder (created, or resumed)
+    router_args: Mapping = field(default_factory=dict)  # the router's fixed arguments
+    task: str | None = None  # must be the edition's task (None: it)
+    split: str | None = None  # must be the edition's split (None: it)
+    calib_limit: int | None = None  # a score router calibrated on the first N calib examples
+    calib_records: str | None = None  # small-only records over calib (answers reused)
+    anchor_limit: int = 48  # large-only speed anchor on the first N examples (0: none)
+    # decoding: None takes the edition's (another value is refused)
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    models: ModelSpec = ModelSpec(batch="auto")  # the pair; must be the edition's weights
+
+    def __post_init__(self):
+        object.__setattr__(self, "router_args", dict(self.router_args))
 
 
 @dataclass(frozen=True)
@@ -190,11 +215,11 @@ def _safe(name: str) -> str:
 class Submission:
     """One submission's folder and the runs it makes (see the module docstring)."""
 
-    def __init__(self, args, base: RunSpec, ed: Edition, engine, calibrate: Calibrate):
-        self.args, self.ed, self.engine, self.calibrate = args, ed, engine, calibrate
+    def __init__(self, spec: SubmitSpec, base: RunSpec, ed: Edition, engine, calibrate: Calibrate):
+        self.spec, self.ed, self.engine, self.calibrate = spec, ed, engine, calibrate
         self.base = base  # every run's: the edition's task, split and decoding, these models
-        self.out = Path(args.out)
-        self.cls = router_class(args.router)
+        self.out = Path(spec.out)
+        self.cls = router_class(spec.router)
 
     def calibration(self, fixed: dict) -> dict:
         """A score router's fixed arguments with its calibration file (made once, on calib)."""
@@ -207,14 +232,14 @@ class Submission:
             mine = {
                 k: v for k, v in cal.get("router_args", {}).items() if k != self.cls.checkpoint_arg
             }
-            if cal.get("router_class") != router_entry(self.args.router).target or mine != given:
+            if cal.get("router_class") != router_entry(self.spec.router).target or mine != given:
                 raise UserError(f"{path} calibrates another router or setting; use another --out")
             print(f"{path}: reused", file=sys.stderr)
         else:
             spec = self.base.with_(
-                out=path, limit=self.args.calib_limit, split="calib", router_args=fixed
+                out=path, limit=self.spec.calib_limit, split="calib", router_args=fixed
             )
-            self.calibrate(spec, self.args.calib_records, self.engine)
+            self.calibrate(spec, self.spec.calib_records, self.engine)
         return {**fixed, "calibration": _recorded(path)}
 
     def run(self, router: str, router_args: dict, folder: Path, limit: int) -> Path:
@@ -232,13 +257,13 @@ class Submission:
         return folder
 
     def rows(self) -> list[Path]:
-        fixed = self.calibration(parse_args(self.args.router_arg))
+        fixed = self.calibration(dict(self.spec.router_args))
         n = len(self.ed.example_ids)
         out = []
-        for setting in router_settings(self.args.router, list(self.ed.shares), fixed):
-            name = f"{_safe(self.args.router)}__{setting_name(setting)}"
+        for setting in router_settings(self.spec.router, list(self.ed.shares), fixed):
+            name = f"{_safe(self.spec.router)}__{setting_name(setting)}"
             out.append(
-                self.run(self.args.router, {**fixed, **setting}, self.out / "runs" / name, n)
+                self.run(self.spec.router, {**fixed, **setting}, self.out / "runs" / name, n)
             )
         return out
 
@@ -265,10 +290,10 @@ class Submission:
 
     def anchor(self) -> Path | None:
         """Large-only on the edition's first --anchor-limit examples, on this machine."""
-        if not self.args.anchor_limit:
+        if not self.spec.anchor_limit:
             return None
         folder = self.out / "anchors" / f"{machine_id()}-submission"
-        return self.run("large", {}, folder, self.args.anchor_limit)
+        return self.run("large", {}, folder, self.spec.anchor_limit)
 
 
 def make_board(out: Path, edition: Path, rows: list[Path]) -> Path:
@@ -300,35 +325,35 @@ def _share(folder: Path) -> float:
     return math.nan if share is None else float(share)
 
 
-def submit(args, calibrate: Calibrate) -> int:
+def submit(spec: SubmitSpec, calibrate: Calibrate) -> int:
     """`hybridbench submit` (see the module docstring)."""
-    ed = read_edition(args.edition)
+    ed = read_edition(spec.edition)
     task = get_task(ed.task_ref, **ed.task_args)
-    asked = {k: getattr(args, k) for k in DECODE_FIELDS}
+    asked = {k: getattr(spec, k) for k in DECODE_FIELDS}
     decode = {k: ed.decode[k] if v is None else v for k, v in asked.items()}
     base = RunSpec(
         task=ed.task_ref,
-        router=args.router,
-        out=args.out,
+        router=spec.router,
+        out=spec.out,
         task_args=ed.task_args,
         split=ed.split,
         split_seed=ed.split_seed,
         **decode,
-        **{k: getattr(args, k) for k in MODEL_FIELDS},
+        **{k: getattr(spec.models, k) for k in MODEL_FIELDS},
     )
-    check_request(ed, base, task, (args.task, args.split))
-    router_class(args.router)  # an unknown or broken router: refused before loading models
+    check_request(ed, base, task, (spec.task, spec.split))
+    router_class(spec.router)  # an unknown or broken router: refused before loading models
     engine = engine_from_args(base)
     notes = check_models(ed, engine)
     for line in notes:
         print(f"note: {line}", file=sys.stderr)
-    sub = Submission(args, base, ed, engine, calibrate)
+    sub = Submission(spec, base, ed, engine, calibrate)
     rows = sub.rows()
     controls = sub.controls(rows)
     anchor = sub.anchor()
     facts = {
-        "router": args.router,
-        "router_class": router_entry(args.router).provenance(),
+        "router": spec.router,
+        "router_class": router_entry(spec.router).provenance(),
         "edition": str(ed.folder),
         "task": ed.task,
         "split": ed.split,

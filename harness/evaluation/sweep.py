@@ -42,15 +42,83 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.backends.model_spec import ModelSpec
 from harness.core.run_folder import RunFolder, folder_lock
 from harness.errors import UserError
 
 STATE = "sweep.json"  # the sweep's own record of runs, beside the run folders
 DEFAULT_TARGETS = "0.1,0.2,0.3,0.5,0.7"
+# The options every run of a sweep gets unchanged, in the order its command lines give them.
+DECODE_OPTIONS = ("max_new_tokens", "temperature", "top_p", "seed")
+MODEL_OPTIONS = (
+    "small",
+    "large",
+    "dtype",
+    "small_device",
+    "large_device",
+    "threads",
+    "backend",
+    "small_backend",
+    "large_backend",
+    "n_ctx",
+    "batch",
+)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """One `hybridbench sweep`: routers at each of their settings on one task, into one folder.
+
+    Parsed once by the command line (`harness.cli.sweep.spec_of`); each row's `run` command line is
+    made from it (`plan_rows`) and recorded in the folder's sweep.json."""
+
+    task: str  # task name, import path or entry point
+    routers: tuple[str, ...]  # router names, in the order they run
+    out: str  # the sweep folder (created, or resumed)
+    task_args: tuple[str, ...] = ()  # the task's arguments as given ("K=V"), passed on as written
+    targets: tuple[float, ...] = tuple(map(float, DEFAULT_TARGETS.split(",")))  # shares in [0, 1]
+    router_args: Mapping[str, Mapping] = field(default_factory=dict)  # router -> fixed arguments
+    split: str = "test"  # train | calib | test | all
+    split_seed: int = 0  # the hashed split's seed
+    limit: int | None = None  # the split's first N examples (None: all)
+    reuse_answers: str | None = None  # "SMALL_RUN,LARGE_RUN", for query routers and the oracle
+    # decoding, passed on to every run
+    max_new_tokens: int | None = None  # None: the task's own budget
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int = 0
+    models: ModelSpec = ModelSpec(batch="auto")  # the pair and its backends, passed on
+    # executing
+    executor: str = "local"  # local | ray
+    jobs: int = 1  # local: runs at once
+    ray_address: str | None = None  # ray: an existing cluster's address (None: auto)
+    ray_cpus: float = 1  # ray: CPUs each run reserves
+
+    def __post_init__(self):
+        fixed = {r: dict(a) for r, a in self.router_args.items() if a}  # {} and absent are one
+        object.__setattr__(self, "router_args", fixed)
+        if self.jobs < 1:
+            raise UserError(f"--jobs must be >= 1, got {self.jobs}")
+        if self.ray_cpus <= 0:
+            raise UserError(f"--ray-cpus must be > 0, got {self.ray_cpus}")
+
+    def passed_on(self) -> list[str]:
+        """The decode and model options every run gets, as `run` options (None ones left out;
+        a model that is a path made absolute, for workers elsewhere)."""
+        argv = []
+        values = {k: getattr(self, k) for k in DECODE_OPTIONS}
+        values.update((k, getattr(self.models, k)) for k in MODEL_OPTIONS)
+        for name, value in values.items():
+            if value is None:
+                continue
+            if name in ("small", "large") and Path(value).exists():
+                value = Path(value).resolve()
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+        return argv
 
 
 @dataclass(frozen=True)
@@ -95,21 +163,22 @@ def _report(outcomes: list[Outcome], out: Path) -> int:
 # --- planning: which runs, with which command lines ---------------------------------------------
 
 
-def plan_rows(args, out: Path, passed_on: list[str] = ()) -> list[Row]:
-    """The sweep's runs in order, each with its `run` command line; user mistakes raise early.
-    `passed_on`: the model and decode options every run gets unchanged."""
+def plan_rows(spec: SweepSpec, out: Path) -> list[Row]:
+    """The sweep's runs in order, each with its `run` command line; user mistakes raise early."""
     from harness.evaluation.runner import reuse_mode
     from routers import get_router, parse_args
     from tasks import get_task
 
-    get_task(
-        args.task, **parse_args(args.task_arg)
-    )  # unknown task or argument: fail before any run
-    routers = list(dict.fromkeys(r.strip() for r in args.routers.split(",") if r.strip()))
+    # unknown task or argument: fail before any run
+    get_task(spec.task, **parse_args(list(spec.task_args)))
+    routers = list(spec.routers)
     if not routers:
         raise UserError("--routers is empty")
-    targets = parse_targets(args.targets)
-    fixed = fixed_router_args(args.router_arg, routers)
+    targets = list(spec.targets)
+    if stray := [r for r in spec.router_args if r not in routers]:
+        raise UserError(f"--router-arg names {stray[0]!r}, not one of --routers")
+    fixed = {r: dict(spec.router_args.get(r, {})) for r in routers}
+    passed_on = spec.passed_on()
     jobs, names = [], {}  # run folder -> the router arguments decoded into it
     for router in routers:
         settings = router_settings(router, targets, fixed[router])
@@ -129,12 +198,17 @@ def plan_rows(args, out: Path, passed_on: list[str] = ()) -> list[Row]:
                     )
                 continue
             names[name] = router_args
-            argv = run_argv(args, router, router_args, out / name, list(passed_on))
-            if reuses and getattr(args, "reuse_answers", None):
-                folders = [str(Path(f.strip()).resolve()) for f in args.reuse_answers.split(",")]
+            argv = run_argv(spec, router, router_args, out / name, passed_on)
+            if reuses and spec.reuse_answers:
+                folders = [str(Path(f.strip()).resolve()) for f in spec.reuse_answers.split(",")]
                 argv += ("--reuse-answers", ",".join(folders))
             jobs.append(Row(name, router, setting, argv))
     return jobs
+
+
+def parse_routers(text: str) -> tuple[str, ...]:
+    """'small, random,small' -> ('small', 'random'): each router once, in order."""
+    return tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
 
 
 def parse_targets(text: str) -> list[float]:
@@ -199,17 +273,17 @@ def _arg_text(value) -> str:
 
 
 def run_argv(
-    args, router: str, router_args: dict, out: Path, passed_on: list[str]
+    spec: SweepSpec, router: str, router_args: dict, out: Path, passed_on: list[str]
 ) -> tuple[str, ...]:
     """The `hybridbench run` command line of one run (paths absolute, for workers elsewhere)."""
-    argv = ["run", "--task", args.task, "--router", router, "--out", str(out)]
-    argv += ["--split", args.split, "--split-seed", str(args.split_seed)]
-    for kv in args.task_arg:
+    argv = ["run", "--task", spec.task, "--router", router, "--out", str(out)]
+    argv += ["--split", spec.split, "--split-seed", str(spec.split_seed)]
+    for kv in spec.task_args:
         argv += ["--task-arg", kv]
     for k, v in router_args.items():
         argv += ["--router-arg", f"{k}={_arg_text(v)}"]
-    if args.limit is not None:
-        argv += ["--limit", str(args.limit)]
+    if spec.limit is not None:
+        argv += ["--limit", str(spec.limit)]
     return tuple(argv + passed_on)
 
 
@@ -306,20 +380,16 @@ def execute_ray(
         ray.shutdown()  # disconnects this driver; the cluster keeps running
 
 
-def sweep(args, run_job: RunJob, passed_on: list[str]) -> int:
+def sweep(spec: SweepSpec, run_job: RunJob) -> int:
     """Plan the sweep's runs, skip those finished before, run the rest with `run_job` (the
     command line's runner of one `hybridbench run` command line) and report."""
-    if args.jobs < 1:
-        raise UserError(f"--jobs must be >= 1, got {args.jobs}")
-    if args.ray_cpus <= 0:
-        raise UserError(f"--ray-cpus must be > 0, got {args.ray_cpus}")
-    out = Path(args.out).resolve()
-    jobs = plan_rows(args, out, passed_on)
+    out = Path(spec.out).resolve()
+    jobs = plan_rows(spec, out)
     with folder_lock(out):  # one sweep per folder (each run holds its own folder's lock too)
-        return _sweep(args, jobs, out, run_job)
+        return _sweep(spec, jobs, out, run_job)
 
 
-def _sweep(args, jobs: list[Row], out: Path, run_job: RunJob) -> int:
+def _sweep(spec: SweepSpec, jobs: list[Row], out: Path, run_job: RunJob) -> int:
     state = _read_state(out)
     todo = [j for j in jobs if not _finished(state, j, out)]
     outcomes = [Outcome(j.name, -1, 0.0, "") for j in jobs if j not in todo]
@@ -329,12 +399,12 @@ def _sweep(args, jobs: list[Row], out: Path, run_job: RunJob) -> int:
     def started(job: Row) -> None:
         print(f"[{len(outcomes) + 1}/{len(jobs)}] {job.name}: running", flush=True)
 
-    if todo and (args.executor == "ray" or args.jobs > 1):
-        print(f"running {len(todo)} runs on {args.executor}; logs in {out / 'logs'}", flush=True)
-    if args.executor == "ray":
-        results = execute_ray(todo, out, args.ray_address, args.ray_cpus, run_job)
+    if todo and (spec.executor == "ray" or spec.jobs > 1):
+        print(f"running {len(todo)} runs on {spec.executor}; logs in {out / 'logs'}", flush=True)
+    if spec.executor == "ray":
+        results = execute_ray(todo, out, spec.ray_address, spec.ray_cpus, run_job)
     else:
-        results = execute_local(todo, out, args.jobs, run_job, started)
+        results = execute_local(todo, out, spec.jobs, run_job, started)
     argv_of = {j.name: list(j.argv) for j in todo}
     for o in results:
         outcomes.append(o)

@@ -35,7 +35,8 @@ from harness.core.forcing import FORCED_CHUNK, forced_passes
 from harness.core.registry import BUILT_IN
 from harness.core.router import StepView
 from harness.errors import UserError
-from routers import build, parse_args, router_class, router_entry
+from harness.evaluation.spec import RunSpec
+from routers import build, router_class, router_entry
 from routers.calibration import class_path, threshold_for
 from routers.guard import Guarded
 from routers.score import ScoreRouter
@@ -127,44 +128,47 @@ def small_answers(engine, examples, cfg, records: str | None) -> dict:
     }
 
 
-def calibrate(args, engine=None) -> int:
-    """Score small's own calib answers with the score router named in args and write the
-    calibration file; `engine`: an already loaded pair (`hybridbench submit`), else the one in
-    args is loaded."""
+def calibrate(
+    spec: RunSpec, records: str | None = None, engine=None, checkpoint: str | None = None
+) -> int:
+    """Score small's own answers on `spec`'s split with the score router it names and write the
+    calibration file to `spec.out`. `records`: small-only records over the split (answers
+    reused); `engine`: an already loaded pair (`hybridbench submit`), else the spec's is loaded;
+    `checkpoint`: the router's trained scorer (its `checkpoint_arg`)."""
     from tasks import get_task
 
-    cls = router_class(args.router)
+    cls = router_class(spec.router)
     if not issubclass(cls, ScoreRouter):
         raise UserError(
-            f"router {args.router} is not a score router (routers.score.ScoreRouter): it has no "
+            f"router {spec.router} is not a score router (routers.score.ScoreRouter): it has no "
             "score per token to calibrate"
         )
-    router_args = parse_args(getattr(args, "router_arg", None) or [])
-    if getattr(args, "checkpoint", None):
+    router_args = dict(spec.router_args)
+    if checkpoint:
         if not cls.checkpoint_arg:
-            raise UserError(f"router {args.router} takes no checkpoint")
-        router_args[cls.checkpoint_arg] = str(args.checkpoint)
+            raise UserError(f"router {spec.router} takes no checkpoint")
+        router_args[cls.checkpoint_arg] = str(checkpoint)
     if cls.checkpoint_arg and not router_args.get(cls.checkpoint_arg):
-        raise UserError(f"calibrate --router {args.router} needs --checkpoint")
-    entry = router_entry(args.router)
-    router = build(cls, args.router, router_args, factory=cls.for_calibration, plugin=True)
+        raise UserError(f"calibrate --router {spec.router} needs --checkpoint")
+    entry = router_entry(spec.router)
+    router = build(cls, spec.router, router_args, factory=cls.for_calibration, plugin=True)
     if entry.origin != BUILT_IN:  # a plugin's faults are one error line (routers.guard)
-        router = Guarded(router, args.router)
-    task = get_task(args.task, **parse_args(getattr(args, "task_arg", None) or []))
-    examples = task.split(args.split, seed=args.split_seed)[: args.limit]
+        router = Guarded(router, spec.router)
+    task = get_task(spec.task, **spec.task_args)
+    examples = task.split(spec.split, seed=spec.split_seed)[: spec.limit]
     if not examples:
-        raise UserError(f"task {args.task} split {args.split} has no examples")
-    cfg = decode_config(args, stop=tuple(task.stop))
-    if args.max_new_tokens is None:
+        raise UserError(f"task {spec.task} split {spec.split} has no examples")
+    cfg = decode_config(spec, stop=tuple(task.stop))
+    if spec.max_new_tokens is None:
         cfg = cfg.__class__(**{**cfg.__dict__, "max_new_tokens": task.max_new_tokens})
-    engine = engine if engine is not None else engine_from_args(args)
+    engine = engine if engine is not None else engine_from_args(spec)
     for role, backend in router.backends(engine).items():  # e.g. the reward model
         engine.add(role, backend)
-    answers = small_answers(engine, examples, cfg, args.records)
+    answers = small_answers(engine, examples, cfg, records)
     from tqdm import tqdm
 
     scores = []
-    for ex in tqdm(examples, desc=f"{args.router} scores", unit="example", file=sys.stderr):
+    for ex in tqdm(examples, desc=f"{spec.router} scores", unit="example", file=sys.stderr):
         scores += token_scores(engine, router, *answers[ex.id])  # in example order
     if not scores:
         raise UserError(f"small's answers to these {len(examples)} examples have no tokens")
@@ -182,18 +186,18 @@ def calibrate(args, engine=None) -> int:
         **extra,
         **router.calibration_notes(engine, scores),
         "task": task.name,
-        "split": args.split,
-        "split_seed": args.split_seed,
+        "split": spec.split,
+        "split_seed": spec.split_seed,
         "example_ids": [ex.id for ex in examples],
         "decode": {k: v for k, v in cfg.__dict__.items() if k != "eos_ids"},
-        "answers_from": args.records or "decoded here",
+        "answers_from": records or "decoded here",
         "n_tokens": len(scores),
         "thresholds": {str(s): threshold_for(cls, scores, s) for s in TARGET_SHARES},
         "scores": scores,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(cal, indent=1) + "\n")
-    print(f"{args.out}: {len(scores)} token scores from {len(examples)} {args.split} examples")
+    Path(spec.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(spec.out).write_text(json.dumps(cal, indent=1) + "\n")
+    print(f"{spec.out}: {len(scores)} token scores from {len(examples)} {spec.split} examples")
     print(
         "  target share -> threshold: "
         + ", ".join(f"{s}: {t:.3f}" for s, t in cal["thresholds"].items())

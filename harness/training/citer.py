@@ -23,12 +23,14 @@ import contextlib
 import functools
 import json
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from harness.backends.engine import engine_from_args
+from harness.backends.model_spec import ModelSpec
 from harness.errors import UserError
 from harness.training.common import EarlyStopping, label_config, provenance, train_calib
 
@@ -255,38 +257,64 @@ def _read_trajectories(paths: str) -> dict:
     return out
 
 
-def train(args) -> int:
+@dataclass(frozen=True)
+class CiterSpec:
+    """One `hybridbench train-citer`: which task's examples, how they are labelled, how the
+    router is fitted, on which pair."""
+
+    task: str  # task name, import path or entry point
+    out: str  # folder for labels, checkpoints and the log (resumed)
+    task_args: Mapping = field(default_factory=dict)  # the task's keyword arguments
+    split_seed: int = 0  # the hashed split's seed
+    train_limit: int = 40  # first N train examples
+    calib_limit: int = 10  # first N calib examples
+    mode: str = "reference"  # reference | label_free
+    trajectories: str | None = None  # small-only run folders whose answers are labelled
+    rounds: int = 2  # labelling rounds (CITER: 2)
+    max_rollouts: int = 2  # rolled-out positions per example
+    rollout_tokens: int = 0  # one rollout's budget (0: the task's)
+    max_new_tokens: int = 0  # label_free decode budget (0: the task's)
+    target_share: float = 0.2  # the calib share deferred at the checkpoint's threshold
+    epochs: int = 30
+    lr: float = 1e-3
+    batch_size: int = 64
+    patience: int = 5  # epochs without a better validation loss before stopping
+    seed: int = 0  # seeds labelling and fitting
+    models: ModelSpec = ModelSpec(batch="auto")  # the pair that labels
+
+
+def train(spec: CiterSpec) -> int:
+    """`hybridbench train-citer`: label, train and calibrate in `spec.out` (resumed)."""
     from harness.training.labels import TokenLabels, build_labels, relabel_rollouts
-    from routers import parse_args
     from routers.citer import Citer
     from tasks import get_task
 
-    if not 0 < args.target_share < 1:
-        raise UserError(f"--target-share must be in (0, 1), got {args.target_share}")
-    if args.rounds not in (1, 2):
-        raise UserError(f"--rounds must be 1 or 2, got {args.rounds}")
-    task = get_task(args.task, **parse_args(args.task_arg))
-    train, calib = train_calib(task, args.split_seed, args.train_limit, args.calib_limit, 2)
-    trajectories = _read_trajectories(args.trajectories) if args.trajectories else None
-    out = Path(args.out)
+    if not 0 < spec.target_share < 1:
+        raise UserError(f"--target-share must be in (0, 1), got {spec.target_share}")
+    if spec.rounds not in (1, 2):
+        raise UserError(f"--rounds must be 1 or 2, got {spec.rounds}")
+    task = get_task(spec.task, **spec.task_args)
+    train, calib = train_calib(task, spec.split_seed, spec.train_limit, spec.calib_limit, 2)
+    trajectories = _read_trajectories(spec.trajectories) if spec.trajectories else None
+    out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
-    engine = engine_from_args(args)
-    cfg = label_config(args)
-    fit = FitConfig(args.epochs, args.lr, args.batch_size, args.patience, seed=args.seed)
+    engine = engine_from_args(spec.models)
+    cfg = label_config(spec)
+    fit = FitConfig(spec.epochs, spec.lr, spec.batch_size, spec.patience, seed=spec.seed)
     # small's hidden states along calib (minutes): made only when a round is trained, not when
     # a rerun finds its checkpoints
     calib_hidden = functools.cache(lambda: _calib_hidden(engine, task, calib, cfg, trajectories))
-    common = {**provenance(engine, task, args.split_seed, train, calib), "mode": args.mode}
+    common = {**provenance(engine, task, spec.split_seed, train, calib), "mode": spec.mode}
 
     data = build_labels(
         engine, task, train, cfg, out / "labels_r1.safetensors", trajectories=trajectories
     )
     print(f"round 1 labels: {data.summary()}", file=sys.stderr)
-    final = args.rounds == 1
-    ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 1, common, final)
-    if args.rounds == 2:
+    final = spec.rounds == 1
+    ckpt = fit_router(data, fit, calib_hidden, spec.target_share, out, 1, common, final)
+    if spec.rounds == 2:
         path2 = out / "labels_r2.safetensors"
-        if args.mode == "reference":  # resumes a partly relabelled file
+        if spec.mode == "reference":  # resumes a partly relabelled file
             router = Citer(str(ckpt))
             data = relabel_rollouts(engine, task, train, data, router, path2)
         elif path2.exists() and set(TokenLabels.load(path2).meta["done"]) >= {e.id for e in train}:
@@ -294,11 +322,11 @@ def train(args) -> int:
         else:  # label_free: trajectories decoded with the round-1 router in the loop
             router = Citer(str(ckpt))
             cache = out / "trajectories_r2.jsonl"
-            traj = _decode(engine, router, task, train, args.max_new_tokens, cache)
+            traj = _decode(engine, router, task, train, spec.max_new_tokens, cache)
             data = build_labels(
                 engine, task, train, cfg, path2, trajectories=traj, round_=2, progress=True
             )
         print(f"round 2 labels: {data.summary()}", file=sys.stderr)
-        ckpt = fit_router(data, fit, calib_hidden, args.target_share, out, 2, common, True)
+        ckpt = fit_router(data, fit, calib_hidden, spec.target_share, out, 2, common, True)
     print(f"router: {ckpt}")
     return 0

@@ -144,12 +144,13 @@ class EarlyStopping:
         return self.bad >= self.patience
 
 
-def label_config(args) -> LabelConfig:
-    """The labelling options of a training command (`--mode`, `--max-rollouts`, ...)."""
+def label_config(spec) -> LabelConfig:
+    """The labelling options of a training command (`--mode`, `--max-rollouts`, ...), read by
+    name from its spec."""
     return LabelConfig(
-        mode=args.mode,
-        max_rollouts=args.max_rollouts,
-        rollout_tokens=args.rollout_tokens,
-        max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
+        mode=spec.mode,
+        max_rollouts=spec.max_rollouts,
+        rollout_tokens=spec.rollout_tokens,
+        max_new_tokens=spec.max_new_tokens,
+        seed=spec.seed,
     )

@@ -18,11 +18,14 @@ Writes --out/query.pt (with the train and calib ids, which the runner refuses to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from harness.backends.engine import engine_from_args
+from harness.backends.model_spec import ModelSpec
 from harness.errors import UserError
 from harness.training.common import auc, provenance, train_calib
 
@@ -137,41 +140,59 @@ def _labels_by_decoding(engine, task, train, max_new_tokens) -> dict:
     return {ex.id: out[ex.id] for ex in train}
 
 
-def train(args) -> int:
-    from routers import parse_args
+@dataclass(frozen=True)
+class QuerySpec:
+    """One `hybridbench train-query`: which task's prompts, which share of them to large."""
+
+    task: str  # task name, import path or entry point
+    out: str  # folder for query.pt
+    task_args: Mapping = field(default_factory=dict)  # the task's keyword arguments
+    split_seed: int = 0  # the hashed split's seed
+    train_limit: int = 40  # first N train examples
+    calib_limit: int = 10  # first N calib examples
+    share: float = 0.3  # target share of prompts sent to large
+    small_records: str | None = None  # small-only records over train (else small decodes)
+    calib_records: str | None = None  # small-only records over calib: the held-out AUC
+    max_new_tokens: int | None = None  # decode budget without records (None: the task's)
+    seed: int = 0  # seeds the fit
+    models: ModelSpec = ModelSpec(batch="auto")  # the pair
+
+
+def train(spec: QuerySpec) -> int:
+    """`hybridbench train-query`: fit the classifier and its threshold; OUT/query.pt."""
     from routers.calibration import calibrated_threshold
     from tasks import get_task
 
-    if not 0 <= args.share <= 1:
-        raise UserError(f"--share must be in [0, 1], got {args.share}")
-    task = get_task(args.task, **parse_args(args.task_arg))
-    train, calib = train_calib(task, args.split_seed, args.train_limit, args.calib_limit, 5)
-    correct = _labels_from_records(args.small_records, train, task) if args.small_records else None
-    engine = engine_from_args(args)
+    if not 0 <= spec.share <= 1:
+        raise UserError(f"--share must be in [0, 1], got {spec.share}")
+    task = get_task(spec.task, **spec.task_args)
+    train, calib = train_calib(task, spec.split_seed, spec.train_limit, spec.calib_limit, 5)
+    correct = _labels_from_records(spec.small_records, train, task) if spec.small_records else None
+    engine = engine_from_args(spec.models)
     if correct is None:
-        correct = _labels_by_decoding(engine, task, train, args.max_new_tokens)
+        correct = _labels_by_decoding(engine, task, train, spec.max_new_tokens)
     y = torch.tensor([correct[ex.id] for ex in train], dtype=torch.float32)
     x_train = features(engine, train)
     x_calib = features(engine, calib)
-    clf, stats = fit_logistic(x_train, y, seed=args.seed)
+    clf, stats = fit_logistic(x_train, y, seed=spec.seed)
     with torch.no_grad():
         calib_scores = torch.sigmoid(clf(x_calib))
-    tau = calibrated_threshold(calib_scores, args.share)
-    if args.calib_records:  # calib is held out from training: the router's AUC there
-        held = _labels_from_records(args.calib_records, calib, task)
+    tau = calibrated_threshold(calib_scores, spec.share)
+    if spec.calib_records:  # calib is held out from training: the router's AUC there
+        held = _labels_from_records(spec.calib_records, calib, task)
         y_calib = torch.tensor([held[ex.id] for ex in calib], dtype=torch.float32)
         stats["calib"] = heldout_stats(calib_scores, y_calib, y)
-    out = Path(args.out)
+    out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = {
         "kind": "query",
         "hidden_size": x_train.shape[1],
         "state_dict": clf.state_dict(),
         "threshold": tau,
-        "share": args.share,
+        "share": spec.share,
         "calib_scores": calib_scores.tolist(),
         "stats": stats,
-        **provenance(engine, task, args.split_seed, train, calib),
+        **provenance(engine, task, spec.split_seed, train, calib),
     }
     torch.save(ckpt, out / "query.pt")
     print(

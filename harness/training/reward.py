@@ -36,7 +36,7 @@ import hashlib
 import json
 import math
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -100,7 +100,27 @@ def pair_features(model, records: list[dict]) -> tuple[Pairs, int]:
 # --- train-reward ----------------------------------------------------------------------------
 
 
-def _finished(out: Path, key: dict, cfg: TrainConfig, args) -> dict | None:
+@dataclass(frozen=True)
+class RewardSpec:
+    """One `hybridbench train-reward`: the data, the backbone and head, how they are fitted."""
+
+    data: str  # folder written by `hybridbench reward-data`
+    out: str  # model folder (created, or resumed)
+    backbone: str | None = None  # None: the data's small model
+    layers: int = 6  # backbone depth (its first N layers)
+    head: str = "linear"  # one of HEAD_DEFAULTS
+    dtype: str = "bfloat16"  # the backbone's dtype (the pair's)
+    holdout: float = 0.2  # share of prompts held out
+    epochs: int | None = None  # None: the head's default
+    lr: float | None = None  # None: the head's default
+    l2: float | None = None  # None: chosen by cross-validation over the head's grid
+    batch_size: int = TrainConfig.batch_size
+    seed: int = 0  # seeds the hold-out split and the fit
+    save_every: int = 50  # epochs between checkpoints
+    threads: int | None = None  # torch CPU threads (None: torch's)
+
+
+def _finished(out: Path, key: dict, cfg: TrainConfig, spec: RewardSpec) -> dict | None:
     """metrics.json of a finished run with these settings (the penalty aside when it is chosen
     by cross-validation), else None."""
     path = out / "metrics.json"
@@ -108,13 +128,13 @@ def _finished(out: Path, key: dict, cfg: TrainConfig, args) -> dict | None:
         return None
     m = json.loads(path.read_text())
     saved, want = dict(m.get("config", {})), asdict(cfg)
-    if args.l2 is None:  # chosen by the same search (not by an older one)
+    if spec.l2 is None:  # chosen by the same search (not by an older one)
         saved.pop("l2", None), want.pop("l2")
-        grid = HEAD_DEFAULTS[args.head]["l2_grid"]
+        grid = HEAD_DEFAULTS[spec.head]["l2_grid"]
         if m.get("l2_search") != l2_search(grid):
             return None
     same = all(m.get(k) == v for k, v in key.items())
-    return m if same and saved == want and m.get("holdout") == args.holdout else None
+    return m if same and saved == want and m.get("holdout") == spec.holdout else None
 
 
 def _summary(out: Path, metrics: dict) -> None:
@@ -138,27 +158,27 @@ def _summary(out: Path, metrics: dict) -> None:
     )
 
 
-def _inputs(args) -> tuple[list[dict], str, dict]:
+def _inputs(spec: RewardSpec) -> tuple[list[dict], str, dict]:
     """(preference records, backbone source, identity of the features) with user-facing checks."""
     from harness.backends import models
     from harness.training.reward_data import read_pairs
 
-    data = Path(args.data)
+    data = Path(spec.data)
     records = read_pairs(data / "pairs.jsonl")
     if not records:
         raise UserError(
             f"no preference data in {data / 'pairs.jsonl'}; run hybridbench reward-data"
         )
-    if not 0 < args.holdout < 1:
-        raise UserError(f"--holdout must be in (0, 1), got {args.holdout}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if not 0 < spec.holdout < 1:
+        raise UserError(f"--holdout must be in (0, 1), got {spec.holdout}")
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
     manifest = json.loads((data / DATA_MANIFEST).read_text())
-    source = args.backbone or manifest["model_sources"].get("small") or models.DEFAULT_SMALL
+    source = spec.backbone or manifest["model_sources"].get("small") or models.DEFAULT_SMALL
     if not Path(source).expanduser().exists() and source not in models.PACKAGED:
         raise UserError(f"backbone {source!r} is neither a packaged model nor a folder")
     data_sha = hashlib.sha256((data / "pairs.jsonl").read_bytes()).hexdigest()
-    key = {"data_sha256": data_sha, "backbone": source, "layers": args.layers, "dtype": args.dtype}
+    key = {"data_sha256": data_sha, "backbone": source, "layers": spec.layers, "dtype": spec.dtype}
     return records, source, key
 
 
@@ -257,23 +277,24 @@ def token_scores(model, prompt_ids: list[int], ids: list[int]) -> list[float]:
     return scores[0, len(prompt_ids) :].tolist()
 
 
-def train(args) -> int:
+def train(spec: RewardSpec) -> int:
+    """`hybridbench train-reward`: fit the reward head on the data's pairs; OUT/reward.pt."""
     import time
 
     from harness.backends.reward_model import build_reward_model, save_checkpoint
 
-    records, source, key = _inputs(args)
-    out = Path(args.out)
-    d = HEAD_DEFAULTS[args.head]
+    records, source, key = _inputs(spec)
+    out = Path(spec.out)
+    d = HEAD_DEFAULTS[spec.head]
     cfg = TrainConfig(
-        args.epochs or d["epochs"],
-        args.lr or d["lr"],
-        args.l2 or 0.0,
-        args.batch_size,
-        args.seed,
-        args.head,
+        spec.epochs or d["epochs"],
+        spec.lr or d["lr"],
+        spec.l2 or 0.0,
+        spec.batch_size,
+        spec.seed,
+        spec.head,
     )
-    done = _finished(out, key, cfg, args)
+    done = _finished(out, key, cfg, spec)
     if done is not None:
         print(
             f"{out / 'metrics.json'}: already trained with these settings (another --out, or "
@@ -284,17 +305,17 @@ def train(args) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    model = build_reward_model(source, args.layers, args.dtype, head=args.head)
+    model = build_reward_model(source, spec.layers, spec.dtype, head=spec.head)
     ident = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    pairs, ties = _features(model, records, key, Path(args.data) / f"features-{ident}.pt")
+    pairs, ties = _features(model, records, key, Path(spec.data) / f"features-{ident}.pt")
     t_features = time.perf_counter() - t0
-    train, test = heldout_split(pairs, args.holdout, args.seed)
+    train, test = heldout_split(pairs, spec.holdout, spec.seed)
     cv = {}
-    if args.l2 is None:
+    if spec.l2 is None:
         grid = d["l2_grid"]
         cv_path, cv_key = (
             out / "l2_cv.json",
-            {**key, "config": asdict(cfg), "holdout": args.holdout, "l2_search": l2_search(grid)},
+            {**key, "config": asdict(cfg), "holdout": spec.holdout, "l2_search": l2_search(grid)},
         )
         saved = json.loads(cv_path.read_text()) if cv_path.is_file() else {}
         if saved.get("key") == cv_key:  # an interrupted run: the choice made before it
@@ -315,11 +336,11 @@ def train(args) -> int:
         best = max(cv, key=lambda g: (cv[g]["acc"], -cv[g]["loss"]))
         cfg = replace(cfg, l2=best)
         print(f"  --l2 {best:g}: the best cross-validated preference accuracy")
-    key = {**key, "config": asdict(cfg), "holdout": args.holdout}
-    state = _fit(train, test, cfg, out / "train_state.pt", key, args.save_every)
+    key = {**key, "config": asdict(cfg), "holdout": spec.holdout}
+    state = _fit(train, test, cfg, out / "train_state.pt", key, spec.save_every)
     w = state_head(state)
     with torch.no_grad():
-        if args.head == "linear":
+        if spec.head == "linear":
             model.head.weight.copy_(w[None])
         else:
             model.head.load_state_dict(state["head_state"])
@@ -338,7 +359,7 @@ def train(args) -> int:
         },
         "score_std": float(torch.cat([score(w, pairs.chosen), score(w, pairs.rejected)]).std()),
         "l2_cv": {str(k): v for k, v in cv.items()},  # {penalty: {acc, loss}}, 5-fold
-        **({"l2_search": l2_search(d["l2_grid"])} if args.l2 is None else {}),
+        **({"l2_search": l2_search(d["l2_grid"])} if spec.l2 is None else {}),
         **key,
     }
     used = sorted({r["id"] for r in records})

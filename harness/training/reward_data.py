@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.backends.engine import engine_from_args
+from harness.backends.model_spec import ModelSpec
 from harness.errors import UserError
 from harness.training.common import nothing_to_do
 
@@ -242,7 +243,8 @@ def read_pairs(path: Path) -> list[dict]:
 # --- command line ----------------------------------------------------------------------------
 
 
-def _range(text: str) -> tuple[float, float]:
+def parse_range(text: str) -> tuple[float, float]:
+    """'0.2,1.0' -> (0.2, 1.0), a range LO,HI with 0 <= LO <= HI."""
     try:
         lo, hi = (float(x) for x in text.split(","))
     except ValueError:
@@ -264,23 +266,46 @@ def _open(out: Path, manifest: dict) -> None:
     path.write_text(json.dumps(manifest, indent=1) + "\n")
 
 
-def make_pairs(args) -> int:
-    if args.prompts < 1 or args.max_new_tokens < 0 or args.chunks < 1:
+@dataclass(frozen=True)
+class PairsSpec:
+    """One `hybridbench reward-data`: which prompts, how each pair of responses is drawn."""
+
+    out: str  # data folder (created, or resumed)
+    tasks: tuple[str, ...] = DEFAULT_TASKS  # the tasks whose train prompts are drawn
+    prompts: int = 48  # prompts in all (an equal share per task)
+    max_new_tokens: int = 64  # each response's budget (0: each task's own)
+    chunks: int = 16  # chunk lengths per response pair
+    temperature: tuple[float, float] = (0.2, 1.0)  # range LO, HI drawn per generation
+    top_p: tuple[float, float] = (0.8, 1.0)  # range LO, HI drawn per generation
+    seed: int = 0
+    split_seed: int = 0  # the tasks' split seed (train split)
+    models: ModelSpec = ModelSpec(batch="auto")  # the pair that answers
+
+
+def make_pairs(spec: PairsSpec) -> int:
+    """`hybridbench reward-data`: the preference pairs into OUT/pairs.jsonl (resumed)."""
+    if spec.prompts < 1 or spec.max_new_tokens < 0 or spec.chunks < 1:
         raise UserError("--prompts and --chunks must be >= 1, --max-new-tokens >= 0")
-    top_p = _range(args.top_p)
+    top_p, temperature = tuple(spec.top_p), tuple(spec.temperature)
     if not 0 < top_p[0] <= top_p[1] <= 1:
-        raise UserError(f"--top-p range must lie in (0, 1], got {args.top_p}")
-    cfg = SynthConfig(args.max_new_tokens, args.chunks, _range(args.temperature), top_p, args.seed)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    prompts = sample_prompts(tasks, args.prompts, args.seed, args.split_seed)
-    out = Path(args.out)
+        raise UserError(f"--top-p range must lie in (0, 1], got {top_p[0]},{top_p[1]}")
+    if not 0 <= temperature[0] <= temperature[1]:
+        raise UserError(f"--temperature range must satisfy 0 <= LO <= HI, got {temperature}")
+    cfg = SynthConfig(spec.max_new_tokens, spec.chunks, temperature, top_p, spec.seed)
+    tasks = list(spec.tasks)
+    prompts = sample_prompts(tasks, spec.prompts, spec.seed, spec.split_seed)
+    out = Path(spec.out)
     identity = {
         "tasks": tasks,
-        "prompts": args.prompts,
+        "prompts": spec.prompts,
         "split": "train",
-        "split_seed": args.split_seed,
+        "split_seed": spec.split_seed,
         "config": asdict(cfg),
-        "model_sources": {"small": args.small, "large": args.large, "dtype": args.dtype},
+        "model_sources": {
+            "small": spec.models.small,
+            "large": spec.models.large,
+            "dtype": spec.models.dtype,
+        },
     }
     identity = json.loads(json.dumps(identity))
     _open(out, {**identity, "example_ids": [ex.id for _, ex in prompts]})
@@ -289,7 +314,7 @@ def make_pairs(args) -> int:
         nothing_to_do()
         added = 0
     else:
-        added = synthesize(engine_from_args(args), prompts, cfg, out / "pairs.jsonl")
+        added = synthesize(engine_from_args(spec.models), prompts, cfg, out / "pairs.jsonl")
     rows = read_pairs(out / "pairs.jsonl")
     n_chunks = sum(len(r["chunks"]) for r in rows)
     ties = sum(c["chosen"] == c["rejected"] for r in rows for c in r["chunks"])
