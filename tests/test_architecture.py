@@ -89,14 +89,9 @@ def test_the_parsed_command_line_stops_in_the_cli():
     assert not found, found
 
 
-# Functions below `harness/cli/` that still take a command's parsed options: the learned and R2R
-# routers' training commands (`train(args)`, which hand them on to `engine_from_args` and, for
-# the learned router, to `label_config`), and the decoding options `hybridbench generate` hands
-# to `decode_config`, which reads any value carrying the decoding fields by name.
-TAKES_PARSED_OPTIONS = {
-    "harness/training/learned.py",
-    "harness/training/r2r.py",
-}
+# Functions below `harness/cli/` that still take a command's parsed options: none. (The decoding
+# options `hybridbench generate` hands to `decode_config` are read by name, as from a RunSpec.)
+TAKES_PARSED_OPTIONS: set[str] = set()
 DICT_METHODS = {"get", "items", "keys", "values", "setdefault", "pop", "update", "copy"}
 
 

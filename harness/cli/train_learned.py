@@ -4,9 +4,11 @@ calibrated by `hybridbench calibrate --router learned --checkpoint OUT/learned.p
 
 from __future__ import annotations
 
+from harness.backends.model_spec import ModelSpec
 from harness.cli import options
 from harness.errors import UserError
 from harness.training import learned
+from routers import parse_args
 from routers.learned import INPUTS
 
 
@@ -57,4 +59,7 @@ def run(args) -> int:
     fit = learned.FitConfig(
         inputs=tuple(i for i in INPUTS if i in inputs), **options.fit_args(args)
     )
-    return learned.train(args, fit)
+    spec = options.typed(
+        learned.LearnedSpec, args, task_args=parse_args(args.task_arg), models=ModelSpec.of(args)
+    )
+    return learned.train(spec, fit)

@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+from harness.backends.model_spec import ModelSpec
 from harness.cli import options
-from harness.training import r2r
+from harness.training import r2r, token_net
+from routers import parse_args
 
 
 def configure(p) -> None:
@@ -30,4 +32,7 @@ def configure(p) -> None:
 
 def run(args) -> int:
     fit = r2r.FitConfig(blocks=args.blocks, balance=not args.no_balance, **options.fit_args(args))
-    return r2r.train(args, fit)
+    spec = options.typed(
+        token_net.TokenNetSpec, args, task_args=parse_args(args.task_arg), models=ModelSpec.of(args)
+    )
+    return r2r.train(spec, fit)

@@ -46,7 +46,6 @@ from harness.training import token_net
 from harness.training.citer import _read_trajectories
 from harness.training.common import auc, label_config, nothing_to_do, train_calib
 from harness.training.labels import TokenLabels, build_labels
-from routers import parse_args
 from routers.baselines import EntropyRouter, SmallOnly
 from routers.learned import FEATURES, INPUTS, LearnedNet, LearnedRouter, distribution_features
 from tasks import get_task
@@ -293,35 +292,50 @@ def overhead(engine, router, prompts: list[list[int]], tokens: int, rounds: int 
     }
 
 
+@dataclass(frozen=True)
+class LearnedSpec(token_net.TokenNetSpec):
+    """One `hybridbench train-learned`: a token net's training (`TokenNetSpec`) and, without a
+    label file, how its labels are made here; the router's overhead timed on calib prompts."""
+
+    train_limit: int = 40  # labels made here: the first N train examples
+    mode: str = "label_free"  # labels made here: reference | label_free
+    trajectories: str | None = None  # label_free: a small-only train run's records
+    max_rollouts: int = 2  # labels made here: rolled-out positions per example
+    rollout_tokens: int = 0  # one rollout's budget (0: the task's)
+    max_new_tokens: int = 0  # budget of the answers decoded here (0: the task's)
+    overhead: int = 0  # time the router on N calib prompts (0: not timed)
+    overhead_tokens: int = 64  # tokens per timed prompt
+
+
 # The command
 
 
-def train(args, fit: FitConfig) -> int:
+def train(spec: LearnedSpec, fit: FitConfig) -> int:
     """The command: labels (read or made), features, fit, metrics.json, overhead.json."""
-    token_net.check_target_share(args.target_share)
-    task = get_task(args.task, **parse_args(args.task_arg))
-    out = Path(args.out)
+    token_net.check_target_share(spec.target_share)
+    task = get_task(spec.task, **spec.task_args)
+    out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.labels and not Path(args.labels).is_file():
-        raise UserError(f"label file not found: {args.labels}")
-    engine = engine_from_args(args)
-    data, labels_path = _labels(engine, task, args, out)
-    token_net.check_labels(data, labels_path, task, args.split_seed)
+    if spec.labels and not Path(spec.labels).is_file():
+        raise UserError(f"label file not found: {spec.labels}")
+    engine = engine_from_args(spec.models)
+    data, labels_path = _labels(engine, task, spec, out)
+    token_net.check_labels(data, labels_path, task, spec.split_seed)
     digest = file_sha256(labels_path)
-    identity = token_net.identity_of(digest, args.target, fit)
+    identity = token_net.identity_of(digest, spec.target, fit)
     ckpt_path = out / "learned.pt"
     finished = token_net.trained_already(ckpt_path, identity)
     if not finished:
-        cols = build_features(engine, task, data, digest, Path(args.features or out / "features"))
-        _fit_and_save(engine, task, data, cols, fit, args, identity, labels_path)
+        cols = build_features(engine, task, data, digest, Path(spec.features or out / "features"))
+        _fit_and_save(engine, task, data, cols, fit, spec, identity, labels_path)
     router = LearnedRouter(str(ckpt_path))
-    measure = args.overhead and not _measured(out / "overhead.json", args)
+    measure = spec.overhead and not _measured(out / "overhead.json", spec)
     if finished and not measure:
         nothing_to_do()  # a finished run re-invoked: no line in cost.jsonl
     if measure:
-        calib = task.split("calib", seed=args.split_seed)[: args.overhead]
+        calib = task.split("calib", seed=spec.split_seed)[: spec.overhead]
         prompts = [engine.encode(ex.messages) for ex in calib]
-        report = overhead(engine, router, prompts, args.overhead_tokens)
+        report = overhead(engine, router, prompts, spec.overhead_tokens)
         (out / "overhead.json").write_text(json.dumps(report, indent=1) + "\n")
         ratio = report["ratio_to_small"]
         say = f"x{ratio['learned']:.3f} small alone's ms/token (entropy x{ratio['entropy']:.3f})"
@@ -330,35 +344,35 @@ def train(args, fit: FitConfig) -> int:
     return 0
 
 
-def _labels(engine, task, args, out: Path):
+def _labels(engine, task, spec: LearnedSpec, out: Path):
     """(labels, path): the file given with --labels, else labels made here (resumable)."""
-    if args.labels:
-        return TokenLabels.load(args.labels), Path(args.labels)
-    train, _ = train_calib(task, args.split_seed, args.train_limit, None, 3)
+    if spec.labels:
+        return TokenLabels.load(spec.labels), Path(spec.labels)
+    train, _ = train_calib(task, spec.split_seed, spec.train_limit, None, 3)
     ids = [e.id for e in train]
-    cfg = label_config(args)
+    cfg = label_config(spec)
     path = out / "labels.safetensors"
     if path.exists():  # finished: read as it is (build_labels would make its hidden states again)
         data = TokenLabels.load(path)
         if data.meta.get("config") == asdict(cfg) and set(data.meta["done"]) >= set(ids):
             return data, path
-    trajectories = _read_trajectories(args.trajectories) if args.trajectories else None
+    trajectories = _read_trajectories(spec.trajectories) if spec.trajectories else None
     data = build_labels(
-        engine, task, train, cfg, path, split_seed=args.split_seed, trajectories=trajectories
+        engine, task, train, cfg, path, split_seed=spec.split_seed, trajectories=trajectories
     )
     return data, path
 
 
-def _fit_and_save(engine, task, data, cols, fit, args, identity, labels_path) -> None:
-    rows, y = target_rows(cols, args.target)
+def _fit_and_save(engine, task, data, cols, fit, spec, identity, labels_path) -> None:
+    rows, y = target_rows(cols, spec.target)
     groups = cols["example"][rows]
     part = example_parts(groups, fit)
-    net, stats = fit_net(cols, rows, y, part, fit, log_path=Path(args.out) / "train_log.jsonl")
+    net, stats = fit_net(cols, rows, y, part, fit, log_path=Path(spec.out) / "train_log.jsonl")
     held = rows[part == 2]
     scores = {"learned": predict(net, cols, held), **baseline_scores(cols, held)}
-    report = compare_scores(scores, y[part == 2], groups[part == 2], args.bootstrap, fit.seed)
+    report = compare_scores(scores, y[part == 2], groups[part == 2], spec.bootstrap, fit.seed)
     report |= {
-        "target": args.target,
+        "target": spec.target,
         "labels": str(labels_path),
         "inputs": list(fit.inputs),
         "argmax_match": float(cols["match"].float().mean()),  # same model and backend: ~1
@@ -371,11 +385,11 @@ def _fit_and_save(engine, task, data, cols, fit, args, identity, labels_path) ->
         "width": fit.width,
         "dropout": fit.dropout,
     }
-    run = (args, engine, task, data, cols, identity, labels_path)
+    run = (spec, engine, task, data, cols, identity, labels_path)
     token_net.save_router("learned", net, config, report, scores["learned"], stats, run)
 
 
-def _measured(path: Path, args) -> bool:
+def _measured(path: Path, spec: LearnedSpec) -> bool:
     """overhead.json holds a measurement with these settings already."""
     rep = json.loads(path.read_text()) if path.exists() else {}
-    return (rep.get("prompts"), rep.get("max_new_tokens")) == (args.overhead, args.overhead_tokens)
+    return (rep.get("prompts"), rep.get("max_new_tokens")) == (spec.overhead, spec.overhead_tokens)

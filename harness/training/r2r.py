@@ -43,7 +43,6 @@ from harness.training.common import nothing_to_do
 from harness.training.labels import TokenLabels
 from harness.training.learned import baseline_scores, compare_scores, example_parts
 from harness.training.token_net import labelled_examples
-from routers import parse_args
 from routers.learned import distribution_features
 from routers.r2r import TOP_K, R2RNet, top_logprobs
 from tasks import get_task
@@ -148,41 +147,41 @@ def held_out_report(net, cols, rows, y, part, target: str, bootstrap: int, seed:
     return report | {"threshold_scores": scores["r2r"]}
 
 
-def train(args, fit: FitConfig) -> int:
+def train(spec: token_net.TokenNetSpec, fit: FitConfig) -> int:
     """The command: labels read, features, fit, metrics.json and the checkpoint."""
-    token_net.check_target_share(args.target_share)
-    labels_path = Path(args.labels)
+    token_net.check_target_share(spec.target_share)
+    labels_path = Path(spec.labels)
     if not labels_path.is_file():
-        raise UserError(f"label file not found: {args.labels}")
-    task = get_task(args.task, **parse_args(args.task_arg))
-    out = Path(args.out)
+        raise UserError(f"label file not found: {spec.labels}")
+    task = get_task(spec.task, **spec.task_args)
+    out = Path(spec.out)
     data = TokenLabels.load(labels_path)
-    token_net.check_labels(data, labels_path, task, args.split_seed)
+    token_net.check_labels(data, labels_path, task, spec.split_seed)
     digest = file_sha256(labels_path)
-    identity = token_net.identity_of(digest, args.target, fit)
+    identity = token_net.identity_of(digest, spec.target, fit)
     ckpt_path = out / "r2r.pt"
     if token_net.trained_already(ckpt_path, identity):
         nothing_to_do()
         print(f"router: {ckpt_path}")
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    engine = engine_from_args(args)
-    folder = Path(args.features or out / "features")
+    engine = engine_from_args(spec.models)
+    folder = Path(spec.features or out / "features")
     cols = token_net.build_features(
         engine, task, data, digest, folder, FEATURES_SCHEMA, features_of
     )
-    rows, y = target_rows(cols, args.target)
+    rows, y = target_rows(cols, spec.target)
     part = example_parts(cols["example"][rows], fit)
     net, stats = fit_net(cols, rows, y, part, fit, log_path=out / "train_log.jsonl")
-    report = held_out_report(net, cols, rows, y, part, args.target, args.bootstrap, fit.seed)
+    report = held_out_report(net, cols, rows, y, part, spec.target, spec.bootstrap, fit.seed)
     scores = report.pop("threshold_scores")
-    report |= {"target": args.target, "labels": str(labels_path), "training": stats}
+    report |= {"target": spec.target, "labels": str(labels_path), "training": stats}
     report["argmax_match"] = float(cols["match"].float().mean())  # same model and backend: ~1
     if data.meta.get("mode") == "critical":  # what a critical-only oracle would defer there
         held = torch.unique(cols["example"][rows[part == 2]]).tolist()
         report["heldout_labels"] = critical.stats(data, held)
     config = {"hidden_size": int(cols["hidden"].shape[1]), "top_k": TOP_K}
     config |= {k: getattr(fit, k) for k in ("buckets", "width", "blocks", "dropout")}
-    run = (args, engine, task, data, cols, identity, labels_path)
+    run = (spec, engine, task, data, cols, identity, labels_path)
     print(f"router: {token_net.save_router('r2r', net, config, report, scores, stats, run)}")
     return 0

@@ -7,17 +7,38 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from harness.backends.model_spec import ModelSpec
 from harness.errors import UserError
 from harness.training.common import EarlyStopping, auc, provenance
 from harness.training.labels import _bar, _write
 from routers.calibration import calibrated_threshold
 
 GROUP = 32  # examples per features file: a resumed step redoes at most this many
+
+
+@dataclass(frozen=True)
+class TokenNetSpec:
+    """One training of a token router's network on a token label file (`hybridbench
+    train-learned`, `train-r2r`): which task's labels, where, the default threshold's share and
+    the held-out report's resamples, on which pair."""
+
+    task: str  # task name, import path or entry point (its train split labelled the tokens)
+    out: str  # folder for features, checkpoint and metrics (a finished checkpoint is kept)
+    task_args: Mapping = field(default_factory=dict)  # the task's keyword arguments
+    labels: str | None = None  # the token label file (None: the command makes its own)
+    target: str = "oracle"  # which labels the network learns (the command's TARGETS)
+    features: str | None = None  # small's features along the labels (None: OUT/features)
+    split_seed: int = 0  # the hashed split's seed
+    target_share: float = 0.2  # the default threshold defers this share of held-out tokens
+    bootstrap: int = 1000  # resamples of the held-out AUC intervals
+    seed: int = 0  # seeds labelling (where labels are made here) and fitting
+    models: ModelSpec = ModelSpec(batch="auto")  # the pair whose small reads the features
 
 
 def check_target_share(share: float) -> None:
@@ -166,11 +187,11 @@ def fit_epochs(net, opt, inputs, split: tuple, fit, weights=None, log_path=None,
 def save_router(kind: str, net, config: dict, report: dict, scores, stats: dict, run) -> Path:
     """metrics.json (`report`), then OUT/KIND.pt: the network of `config`, its default threshold
     (deferring --target-share of the held-out train `scores`), what it was trained from and on;
-    prints the held-out AUCs. `run`: (args, engine, task, data, cols, identity, labels_path)."""
-    args, engine, task, data, cols, identity, labels_path = run
+    prints the held-out AUCs. `run`: (spec, engine, task, data, cols, identity, labels_path)."""
+    spec, engine, task, data, cols, identity, labels_path = run
     used = sorted({data.example_ids[int(j)] for j in torch.unique(cols["example"])})
-    common = provenance(engine, task, args.split_seed, [], [])
-    out = Path(args.out)
+    common = provenance(engine, task, spec.split_seed, [], [])
+    out = Path(spec.out)
     # metrics first: a checkpoint on disk means its step is complete (a rerun skips it)
     (out / "metrics.json").write_text(json.dumps(report, indent=1) + "\n")
     ckpt = {
@@ -179,10 +200,10 @@ def save_router(kind: str, net, config: dict, report: dict, scores, stats: dict,
         "state_dict": net.state_dict(),
         # tau deferring the target share of the held-out train tokens (teacher-forced along
         # the label file's trajectories); a calibration file gives the one along small's answers
-        "threshold": calibrated_threshold(scores, args.target_share),
-        "target_share": args.target_share,
+        "threshold": calibrated_threshold(scores, spec.target_share),
+        "target_share": spec.target_share,
         "identity": identity,
-        "target": args.target,
+        "target": spec.target,
         "labels": str(labels_path),
         "stats": {**stats, "heldout_auc": report["auc"][kind]["value"]},
         **{k: v for k, v in common.items() if k not in ("train_ids", "calib_ids")},
