@@ -65,19 +65,6 @@ def run(args) -> int:
 
 def spec_of(args) -> SubmitSpec:
     """The submission of `hybridbench submit`'s parsed options."""
-    return SubmitSpec(
-        router=args.router,
-        edition=args.edition,
-        out=args.out,
-        router_args=parse_args(args.router_arg),
-        task=args.task,
-        split=args.split,
-        calib_limit=args.calib_limit,
-        calib_records=args.calib_records,
-        anchor_limit=args.anchor_limit,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        seed=args.seed,
-        models=ModelSpec.of(args),
+    return options.typed(
+        SubmitSpec, args, router_args=parse_args(args.router_arg), models=ModelSpec.of(args)
     )

@@ -65,26 +65,14 @@ def run(args) -> int:
 def spec_of(args) -> SweepSpec:
     """The sweep of `hybridbench sweep`'s parsed options."""
     routers = sweep.parse_routers(args.routers)
-    return SweepSpec(
-        task=args.task,
+    return options.typed(
+        SweepSpec,
+        args,
         routers=routers,
-        out=args.out,
         task_args=tuple(args.task_arg),
         targets=tuple(sweep.parse_targets(args.targets)),
         router_args=sweep.fixed_router_args(args.router_arg, list(routers)),
-        split=args.split,
-        split_seed=args.split_seed,
-        limit=args.limit,
-        reuse_answers=args.reuse_answers,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        seed=args.seed,
         models=ModelSpec.of(args),
-        executor=args.executor,
-        jobs=args.jobs,
-        ray_address=args.ray_address,
-        ray_cpus=args.ray_cpus,
     )
 
 

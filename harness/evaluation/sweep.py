@@ -49,24 +49,10 @@ from pathlib import Path
 from harness.backends.model_spec import ModelSpec
 from harness.core.run_folder import RunFolder, folder_lock
 from harness.errors import UserError
+from harness.evaluation.spec import DECODE_FIELDS, MODEL_FIELDS
 
 STATE = "sweep.json"  # the sweep's own record of runs, beside the run folders
 DEFAULT_TARGETS = "0.1,0.2,0.3,0.5,0.7"
-# The options every run of a sweep gets unchanged, in the order its command lines give them.
-DECODE_OPTIONS = ("max_new_tokens", "temperature", "top_p", "seed")
-MODEL_OPTIONS = (
-    "small",
-    "large",
-    "dtype",
-    "small_device",
-    "large_device",
-    "threads",
-    "backend",
-    "small_backend",
-    "large_backend",
-    "n_ctx",
-    "batch",
-)
 
 
 @dataclass(frozen=True)
@@ -110,8 +96,8 @@ class SweepSpec:
         """The decode and model options every run gets, as `run` options (None ones left out;
         a model that is a path made absolute, for workers elsewhere)."""
         argv = []
-        values = {k: getattr(self, k) for k in DECODE_OPTIONS}
-        values.update((k, getattr(self.models, k)) for k in MODEL_OPTIONS)
+        values = {k: getattr(self, k) for k in DECODE_FIELDS}
+        values.update((k, getattr(self.models, k)) for k in MODEL_FIELDS)
         for name, value in values.items():
             if value is None:
                 continue
