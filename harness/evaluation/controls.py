@@ -42,36 +42,37 @@ SPAN = 0.015  # the widest group of router shares one control run is aimed at (s
 BOUNDS = ("oracle", "speculative")  # bounds, not routing policies under test: no control
 
 
-def done_and_targets(df):
-    """(examples decoded or failed, examples asked for) per row of `df`, as two Series: the
-    target is the run's manifest's limit, else (no limit recorded, or rows without a folder) the
-    folder's fullest run's count."""
+def with_targets(df):
+    """`df` with `examples_done` (decoded or failed) and `target` (examples asked for) per row,
+    each run's manifest read once: the target is its manifest's limit, else (no limit recorded,
+    or rows without a folder) the folder's fullest run's count; 0 for rows with no counts."""
+    if "target" in df:
+        return df
+    if "n" not in df:
+        return df.assign(target=0)
     failed = df["n_failed"].fillna(0) if "n_failed" in df else 0
     done = df["n"].fillna(0) + failed
     fullest = done.max() if len(done) else 0
-    target = done * 0 + fullest
     if "limit" in df:  # rows that carry their limit (as the tests' frames do)
         limits = list(df["limit"])
     elif "path" in df:
         limits = [RunFolder(p).manifest().get("limit") if p else None for p in df["path"]]
     else:
-        return done, target
-    known = [lim is not None and lim == lim for lim in limits]  # (None or NaN: not recorded)
-    return done, target.where(
-        [not k for k in known], [lim if k else 0 for lim, k in zip(limits, known, strict=True)]
-    )
+        limits = [None] * len(df)
+    target = [fullest if lim is None or lim != lim else lim for lim in limits]  # (NaN: none)
+    return df.assign(examples_done=done, target=target)
 
 
 def unfinished(df, routers=CONTROL_ROUTERS) -> list[tuple[str, float]]:
     """[(control, p)] for the runs of `routers` (default the controls) in `df` started but not
-    finished: fewer examples decoded (or failed) than the run was asked for (`done_and_targets`).
+    finished: fewer examples decoded (or failed) than the run was asked for (`with_targets`).
     An experiment stopped mid-row resumes them here: their p is a setting a control run already
     has, so `needed` does not ask for it again, and their share so far counts as the share they
     aim at."""
     if "n" not in df or not len(df):
         return []
-    done, target = done_and_targets(df)
-    controls = df.router.isin(routers) & (done < target)
+    df = with_targets(df)
+    controls = df.router.isin(routers) & (df.examples_done < df.target)
     return [
         (r, round(float(p), 3))
         for r, p in zip(df.router[controls], df.setting_value[controls], strict=True)
@@ -114,10 +115,10 @@ def needed(df, pairs: dict[str, tuple[str, ...]] | None = None) -> list[tuple[st
     """[(control, p)] for the rows of `df` (reports.load.load_runs) that no control run matches,
     after the control runs still unfinished (`unfinished`). `pairs`: {control: the routers it is
     paired with}; default every router of `df` with its own control (`pairs_of`)."""
+    df = with_targets(df)
     out = unfinished(df)
     if not len(df):
         return out
-    df = df.assign(target=done_and_targets(df)[1] if "n" in df else 0)
     for control, routers in (pairs if pairs is not None else pairs_of(df.router)).items():
         runs = df[(df.router == control) & (df.large_token_share > 0)]
         # each target in turn, largest first: its rows matched by control runs covering it

@@ -151,7 +151,7 @@ def aimed(df, pairs, key: str) -> list[tuple[str, float]]:
     the row's count, and resumes."""
     out: list[tuple[str, float]] = []
     df = df.assign(setting_value=[json.loads(a).get(key) for a in df.router_args])
-    df = df.assign(target=matched.done_and_targets(df)[1]) if "n" in df else df.assign(target=0)
+    df = matched.with_targets(df)
     for router, routers in pairs.items():
         own = df[df.router == router]
         valued = own[own.setting_value.notna()]
