@@ -144,9 +144,20 @@ def run_row(run_dir: str | Path, root: str | Path | None = None) -> dict:
 def session_totals(manifest: dict) -> dict:
     """What a run's invocations cost, from its manifest's `sessions` (one per `hybridbench run`
     that decoded examples): how many, their batch sizes, examples, tokens and wall seconds on
-    the clock summed; each model's backend. Runs written before sessions were recorded give 0 sessions."""
+    the clock summed; their CPU seconds (`session_cpu_s`: those the invocations recorded;
+    `session_cpu_bound_s`: for each that did not, its wall seconds times its machine's CPUs, an
+    upper bound, nan where its CPU count is unknown; `session_cpu_unrecorded`: how many); each model's backend. Runs written before
+    sessions were recorded give 0 sessions."""
     sessions = manifest.get("sessions") or []
     models = manifest.get("models") or {}
+
+    def wall(s: dict) -> float:
+        return float(s.get("measured_wall_s", s.get("wall_s")) or 0.0)
+
+    def cpus(s: dict) -> float:  # nan where the machine's CPU count was not recorded
+        return float((s.get("machine") or manifest.get("machine") or {}).get("cpus") or "nan")
+
+    unrecorded = [s for s in sessions if "cpu_s" not in s]
     return {
         "sessions": len(sessions),
         "session_batches": ", ".join(
@@ -155,9 +166,10 @@ def session_totals(manifest: dict) -> dict:
         "session_examples": sum(int(s.get("examples") or 0) for s in sessions),
         "session_tokens": sum(int(s.get("tokens") or 0) for s in sessions),
         # the clock: a run reusing answers also keeps a modeled wall_s (its throughput's)
-        "session_wall_s": sum(
-            float(s.get("measured_wall_s", s.get("wall_s")) or 0.0) for s in sessions
-        ),
+        "session_wall_s": sum(wall(s) for s in sessions),
+        "session_cpu_s": sum(float(s["cpu_s"]) for s in sessions if "cpu_s" in s),
+        "session_cpu_bound_s": sum(wall(s) * cpus(s) for s in unrecorded),
+        "session_cpu_unrecorded": len(unrecorded),
         "backend_small": (models.get("small") or {}).get("backend", ""),
         "backend_large": (models.get("large") or {}).get("backend", ""),
     }

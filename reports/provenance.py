@@ -5,6 +5,7 @@ decoded examples)."""
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 
@@ -22,13 +23,20 @@ def _backends(small: str, large: str) -> str:
 def cost_table(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> Table:
     """Each run's invocations summed (reports.load.session_totals), then each speed anchor's,
     and all of them together: what the task's sweep took. A run that reused answers ran only
-    its routing passes: its hours count, its examples/hour is not a decoding rate ('—')."""
+    its routing passes: its hours count, its examples/hour is not a decoding rate ('—'). CPU
+    hours are those the invocations recorded (the process's threads and its sandboxed tests);
+    where some did not record them, '≤' and their wall hours times the machine's CPUs added."""
     df = df.sort_values("run")
     if anchors is not None and len(anchors):
         df = pd.concat([df, anchors.sort_values("run")], ignore_index=True)
 
     def hours(seconds: float) -> str:
         return f"{seconds / 3600:.2f}"
+
+    def cpu_hours(recorded: float, bound: float, unrecorded: int) -> str:
+        if not unrecorded:
+            return hours(recorded)
+        return "?" if math.isnan(bound) else f"≤ {(recorded + bound) / 3600:.2f}"
 
     def per_hour(examples: int, seconds: float) -> str:
         return f"{examples / (seconds / 3600):.1f}" if seconds > 0 else "—"
@@ -42,6 +50,9 @@ def cost_table(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> Table:
             str(int(r["session_examples"])),
             str(int(r["session_tokens"])),
             hours(r["session_wall_s"]),
+            cpu_hours(
+                r["session_cpu_s"], r["session_cpu_bound_s"], int(r["session_cpu_unrecorded"])
+            ),
             "— (answers reused)"
             if is_modeled(r)
             else per_hour(int(r["session_examples"]), r["session_wall_s"]),
@@ -58,6 +69,11 @@ def cost_table(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> Table:
             str(examples),
             str(int(df["session_tokens"].sum())),
             hours(wall),
+            cpu_hours(
+                float(df["session_cpu_s"].sum()),
+                float(df["session_cpu_bound_s"].sum(skipna=False)),
+                int(df["session_cpu_unrecorded"].sum()),
+            ),
             per_hour(examples, wall),
         )
     )
@@ -69,9 +85,10 @@ def cost_table(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> Table:
         "examples",
         "tokens",
         "wall hours",
+        "CPU hours",
         "examples/hour",
     )
-    return Table("Cost: wall time on the machine that ran each run", header, tuple(rows))
+    return Table("Cost: wall and CPU time on the machine that ran each run", header, tuple(rows))
 
 
 def machine_text(cpu: str, mach: dict, probe: dict | None) -> str:

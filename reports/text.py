@@ -294,7 +294,10 @@ COST_DEFINITION = (
     "cost",
     "what each run took on the machine that ran it, from its manifest's invocations (each "
     "`hybridbench run` that decoded examples, resumed ones included): backends, batch sizes, "
-    "examples and tokens decoded, wall hours on the clock summed; examples/hour = examples / "
+    "examples and tokens decoded, wall hours on the clock summed, CPU hours (the run's process, "
+    "its threads and its sandboxed tests, as each invocation recorded them; '≤' where some "
+    "invocation recorded none: its wall hours times its machine's CPUs counted instead); "
+    "examples/hour = examples / "
     "wall hours, for the runs that decoded their answers (a run that reused answers ran only "
     "its routing passes: its hours count, its rate is the modeled one of the Speed table). The "
     "speed anchors (anchors/MACHINE: large-only on the first examples, on a machine that "

@@ -337,6 +337,8 @@ def test_run_batched_records_equal_unbatched_and_report_throughput(tmp_path):
     (session,) = runs[3][1]["sessions"]
     assert session["batch"] == 3 and session["examples"] == 5 and session["wall_s"] > 0
     assert session["others_cores"] >= 0  # the CPU other processes used meanwhile (/proc/stat)
+    # the CPU seconds it cost: its threads' (1 here), up to the wall time it took, and not nothing
+    assert 0 < session["cpu_s"] <= session["wall_s"] * 1.5
     summary1, summary3 = runs[1][2], runs[3][2]
     assert summary3["batch"] == 3 and summary3["tok_per_s"] is None  # NaN: not per-stream
     assert summary1["batch"] == 1 and summary1["tok_per_s"] > 0

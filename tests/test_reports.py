@@ -510,9 +510,9 @@ def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
     copy = tmp_path / "results"
     shutil.copytree(results, copy)
     sessions = {
-        "small": [{"batch": 1, "examples": 4, "tokens": 40, "wall_s": 1800.0},
+        "small": [{"batch": 1, "examples": 4, "tokens": 40, "wall_s": 1800.0, "cpu_s": 3600.0},
                   {"batch": 16, "examples": 8, "tokens": 80, "wall_s": 5000.0,
-                   "measured_wall_s": 900.0},  # answers reused: wall_s is modeled
+                   "measured_wall_s": 900.0, "cpu_s": 1800.0},  # answers reused: wall_s is modeled
                   {"batch": 16, "started": "2025-01-02T00:00:00+0000"}],
         "large": [{"batch": 8, "examples": 12, "tokens": 90, "wall_s": 3600.0,
                    "measured_wall_s": 3600.0,
@@ -531,15 +531,18 @@ def test_setup_and_cost_tables_from_the_runs_sessions(results, tmp_path):
     # a speed anchor (large-only on another machine's first examples) is part of the sweep's cost
     shutil.copytree(copy / "large", copy / "anchors" / "m2")
     md = (write_report(copy, tmp_path / "report").parent / "leaderboard.md").read_text()
-    table = md.split("### Cost: wall time on the machine that ran each run")[1].split("###")[0]
+    table = md.split("### Cost: wall and CPU time on the machine that ran each run")[1]
+    table = table.split("###")[0]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
             for line in table.splitlines() if line.startswith("| ") and "---" not in line}  # fmt: skip
-    assert rows["small"][2:] == ["1, 16", "3", "12", "120", "0.75", "16.0"]
-    assert rows["large"][2:] == ["8", "1", "12", "90", "1.00", "12.0"]
-    assert rows["reward_threshold1"][2:] == ["—", "0", "0", "0", "0.00", "—"]
+    # CPU hours: the recorded ones; where an invocation recorded none, at most its wall hours
+    # times its machine's CPUs (small's third: 0 s on 3 CPUs; large's: 1 h on 3 CPUs)
+    assert rows["small"][2:] == ["1, 16", "3", "12", "120", "0.75", "≤ 1.50", "16.0"]
+    assert rows["large"][2:] == ["8", "1", "12", "90", "1.00", "≤ 3.00", "12.0"]
+    assert rows["reward_threshold1"][2:] == ["—", "0", "0", "0", "0.00", "0.00", "—"]
     assert rows["anchors/m2"][2:] == rows["large"][2:]
     assert list(rows)[-2:] == ["anchors/m2", "all runs"]  # after the runs, before their sum
-    assert rows["all runs"][3:] == ["5", "36", "300", "2.75", "13.1"]
+    assert rows["all runs"][3:] == ["5", "36", "300", "2.75", "≤ 7.50", "13.1"]
     assert '<a id="def-cost"></a>**cost**: what each run took' in md
     setup = md.split("### Setup (from the run manifests)")[1].split("###")[0]
     assert "| dates | 2025-01-01 to 2025-02-03 |" in setup  # the runs' starts, then the session

@@ -30,6 +30,7 @@ COMMANDS = {
     "controls": ("controls", "the control runs a sweep folder needs for matched shares"),
     "publish": ("publish", "copy a sweep's results into a published edition, report rewritten"),
     "report": ("report", "write the leaderboard of a results folder"),
+    "edition-changes": ("edition_changes", "the paired verdicts that differ between two editions"),
     "compare": ("compare", "flag quality or speed regressions between two runs"),
     "submit": ("submit", "a router against a published edition: same examples, paired verdicts"),
     "rerun": ("rerun", "decode rows of a sweep again and compare each with its original"),

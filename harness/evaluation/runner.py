@@ -7,8 +7,8 @@ The run folder (`harness.core.run_folder`, its one owner) holds the manifest: wh
 split, router and its arguments, decode settings, models (source, dtype, device, sizes, sha256),
 package versions, git commit, machine, the router's and task's classes with the package versions
 that provide them (`plugins`; a resume whose plugin changed version says so on stderr), and one
-entry per invocation in `sessions`: batch size (--batch), examples, emitted tokens and wall
-seconds (the run's throughput)); the records, one `ExampleRecord` per example, appended and
+entry per invocation in `sessions`: batch size (--batch), examples, emitted tokens, wall
+seconds (the run's throughput) and CPU seconds (what it cost)); the records, one `ExampleRecord` per example, appended and
 fsync'ed as each is scored; the summary (`harness.metrics.quality.summarize`), written at the end.
 One process writes a folder at a time: a second run into it ends at once, naming the first.
 Re-running the same command resumes: scored examples are skipped, failed ones (an `error` field)
@@ -82,6 +82,7 @@ def decode_examples(
 
     busy = Contention()  # the CPU other processes take meanwhile (`_clock`)
     start = time.perf_counter()
+    cpu0 = _cpu_seconds()
     try:
         with folder.appender() as append:
             for job, gen in generations:
@@ -119,20 +120,33 @@ def decode_examples(
                         session["reused"]["seconds"] += seconds
                 bar.update()
                 bar.set_postfix_str(_progress(done.values(), task.metric))
-                _clock(session, start, reuse, busy)
+                _clock(session, start, reuse, busy, cpu0)
                 if on_progress is not None:
                     on_progress()
     finally:
-        _clock(session, start, reuse, busy)
+        _clock(session, start, reuse, busy, cpu0)
         bar.close()
 
 
-def _clock(session: dict, start: float, reuse: dict | None, busy=None) -> None:
-    """The session's wall seconds so far, and `others_cores`: the mean cores other processes
-    kept busy meanwhile (`harness.backends.contention.Contention`: on two cores another process's work
-    shows in the run's throughput). With reused answers, the reused examples count their
-    modeled seconds instead of the time spent reusing them (`measured_wall_s` keeps the clock)."""
+def _cpu_seconds() -> float:
+    """CPU seconds this process (every thread: llama.cpp's and torch's) and its finished children
+    (the sandboxed tests) have used so far."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def _clock(session: dict, start: float, reuse: dict | None, busy=None, cpu0=None) -> None:
+    """The session's wall seconds so far, its CPU seconds (`cpu_s`: this process's threads and
+    the finished sandbox processes; the manifest's record of what a row cost) and `others_cores`:
+    the mean cores other processes kept busy meanwhile (`harness.backends.contention.Contention`:
+    on two cores another process's work shows in the run's throughput). With reused answers, the
+    reused examples count their modeled seconds instead of the time spent reusing them
+    (`measured_wall_s` keeps the clock; `cpu_s` is always what was spent)."""
     session["wall_s"] = round(time.perf_counter() - start, 3)
+    if cpu0 is not None:
+        session["cpu_s"] = round(_cpu_seconds() - cpu0, 3)
     if busy is not None and (cores := busy.so_far()) is not None:
         session["others_cores"] = cores
     if reuse:
