@@ -23,7 +23,6 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import UserError
-from harness.metrics.frontier import pgr
 from reports.load import add_speed, decoded, flag, load_runs
 from reports.plots import CAPTIONS, PLOTS
 from reports.provenance import cost_table, provenance_table, setup_facts, setup_table
@@ -39,6 +38,7 @@ from reports.tables import (
     Table,
     TaskRuns,
     control_of,
+    gap,
     goal_runs,
     goal_table,
     paired_table,
@@ -95,7 +95,7 @@ def slug(task: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", task) or "task"
 
 
-def _entry(r, task: TaskRuns, q_small: float, q_large: float) -> GoalEntry:
+def _entry(r, task: TaskRuns) -> GoalEntry:
     """The index's view of one goal run (or of small-only / large-only)."""
     verdict = "—"
     if r["router"] in CONTROL_ROUTERS:
@@ -108,20 +108,21 @@ def _entry(r, task: TaskRuns, q_small: float, q_large: float) -> GoalEntry:
         flag(r, "transfer"),
         task.setting(r),
         float(r["large_token_share"]),
-        pgr(r["quality"], q_small, q_large),
+        gap(r),
         verdict,
         measured,
         modeled,
+        int(r["n"]) if r.get("on_fewer") else 0,
     )
 
 
 def summarize_task(task: TaskRuns, facts: dict) -> TaskSummary:
     """What the index shows of a task: its references and each router's quality goal."""
     q_small, q_large = task.references()
-    entries = [_entry(r, task, q_small, q_large) for r in goal_runs(task.all_runs)]
+    entries = [_entry(r, task) for r in goal_runs(task.all_runs)]
     for ref in ("small", "large"):
         runs = task.runs[(task.runs["router"] == ref) & task.runs["n"].map(decoded)]
-        entries += [_entry(r, task, q_small, q_large) for _, r in runs.iloc[:1].iterrows()]
+        entries += [_entry(r, task) for _, r in runs.iloc[:1].iterrows()]
     df = task.runs
     large = df.loc[df["router"] == "large", "n"]
     n = int(large.iloc[0]) if len(large) else int(df["n"].max())
@@ -134,16 +135,28 @@ def summarize_task(task: TaskRuns, facts: dict) -> TaskSummary:
         q_large,
         tuple(entries),
         {k: tuple(sorted(map(str, v))) for k, v in facts.items()},
+        tuple(sorted({int(n) for n in task.all_runs.loc[task.all_runs["on_fewer"], "n"]})),
     )
 
 
 def headline(s: TaskSummary) -> list[str]:
     """The page's first sentences: the references, the best router at the quality goal
     against random, and which routers beat their control there."""
-    say = [
+    fewer = s.fewer
+    refs = (
         f"Small-only scores **{s.q_small:.3f}** and large-only **{s.q_large:.3f}** "
-        f"{s.metric} on {s.n} {s.split} examples, the same for every run."
-    ]
+        f"{s.metric} on {s.n} {s.split} examples"
+    )
+    if fewer:  # some rows kept an earlier edition's n
+        refs += (
+            f"; the rows marked n = {' / '.join(map(str, fewer))} scored the first "
+            f"{' / '.join(map(str, fewer))} of them, the others all {s.n}. Each gap recovered is "
+            "against small-only and large-only on the run's own examples, and each paired "
+            "verdict is on the examples both runs scored."
+        )
+    else:
+        refs += ", the same for every run."
+    say = [refs]
     routers = [e for e in s.entries if e.router not in (*ENDS, "oracle", *CONTROL_ROUTERS)]
     if routers and not math.isnan(s.q_large - s.q_small):
         best = max(routers, key=lambda e: e.gap if not math.isnan(e.gap) else -math.inf)
@@ -153,7 +166,7 @@ def headline(s: TaskSummary) -> list[str]:
         say.append(
             f"At <= {GOAL_SHARE:.0%} large tokens the best router, **{best.router}**"
             f"{' (transfer)' if best.transfer else ''} ({best.setting}), recovers "
-            f"**{pct(best.gap)}** of the gap at {best.share:.3f} large tokens and {speed}× "
+            f"**{pct(best.gap)}**{f' (n = {best.fewer})' if best.fewer else ''} of the gap at {best.share:.3f} large tokens and {speed}× "
             f"large-only's throughput{tail}."
         )
         by = {

@@ -35,6 +35,7 @@ class GoalEntry:
     verdict: str  # against its control: better | worse | no difference | control | —
     measured: str  # throughput / large-only, measured ('—' where modeled)
     modeled: str  # throughput / large-only, modeled ('—' where measured)
+    fewer: int = 0  # its examples, where fewer than the references' (its gap on those); else 0
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class TaskSummary:
     q_large: float
     entries: tuple[GoalEntry, ...]  # the quality goal per router, then small-only, large-only
     facts: dict  # reports.provenance.setup_facts, each a sorted tuple of text
+    fewer: tuple[int, ...] = ()  # the example counts of runs on fewer examples than the references
 
 
 def edition_tasks(root: Path) -> list[Path]:
@@ -84,7 +86,11 @@ def _cell(e: GoalEntry | None) -> str:
     text, kind = (e.measured, "") if e.measured != "—" else (e.modeled, " modeled")
     ratio, _, notes = text.partition(" ")  # '1.18 (contended)': the ratio, then its notes
     speed = "—" if ratio == "—" else f"{ratio}×{kind}" + (f" {notes}" if notes else "")
-    gap = pct(e.gap) + (" (transfer)" if e.transfer else "")
+    gap = (
+        pct(e.gap)
+        + (f" (n = {e.fewer})" if e.fewer else "")
+        + (" (transfer)" if e.transfer else "")
+    )
     return " · ".join([gap, *([e.verdict] if e.verdict != "—" else []), speed])
 
 
@@ -121,7 +127,14 @@ def matrix(summaries: list[TaskSummary]) -> Table:
         "exact test's p, Holm-adjusted over the task page's paired comparisons, is below 0.05 "
         "(the task page's paired table prints both) · its throughput against large-only's "
         "on the same machine (1.00× = large-only; 'modeled': the run reused the small-only and "
-        "large-only answers, so its clock is modeled). Rows: the routers by their mean gap "
+        "large-only answers, so its clock is modeled)"
+        + (
+            "; (n = N): the run scored the first N examples of the split, the references "
+            "more, and its gap is against theirs on its N"
+            if any(e.fewer for s in summaries for e in s.entries)
+            else ""
+        )
+        + ". Rows: the routers by their mean gap "
         "recovered over the tasks, best first; then the controls, the oracle (a bound: it "
         "defers exactly where small's token would differ from large's) and the references."
     )

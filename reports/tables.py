@@ -20,6 +20,7 @@ import pandas as pd
 from harness.core.run_folder import RunFolder
 from harness.metrics import verdicts
 from harness.metrics.frontier import aiq, apgr, cpt, pgr
+from harness.metrics.quality import example_score, ok_records
 from reports.load import REFERENCES, RUN_ORDER, decoded, flag
 from reports.plots import reference
 from reports.text import (
@@ -75,7 +76,9 @@ class TaskRuns:
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> TaskRuns:
-        """Split a task's runs into its own and transfer runs, and compute what tables share."""
+        """Split a task's runs into its own and transfer runs, and compute what tables share
+        (each run's references on its own examples: `own_references`)."""
+        df = own_references(df)
         moved = df["transfer"].fillna(False).astype(bool) if "transfer" in df else None
         own = df[~moved] if moved is not None else df
         transfer = df[moved] if moved is not None else df.iloc[:0]
@@ -122,6 +125,46 @@ def is_transfer(r) -> bool:
     return flag(r, "transfer")
 
 
+def own_references(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with `ref_small` and `ref_large`: small-only's and large-only's mean quality on the
+    examples each run scored, and `on_fewer`: whether it scored fewer than they did. A run that scored as many examples as they did has the task's
+    references (every run of a task takes the first n examples of its split, the same for all);
+    a run on fewer examples (a row of an earlier edition's n beside references on the whole
+    split) has theirs on its own examples, so its gap recovered compares like with like. NaN
+    where a reference is missing or several runs of it disagree in n."""
+    q_small, q_large = reference(df, "small", "quality"), reference(df, "large", "quality")
+    df = df.assign(ref_small=q_small, ref_large=q_large, on_fewer=False)
+    refs = {}
+    for ref in ("small", "large"):
+        runs = df[(df["router"] == ref) & df["n"].map(decoded)]
+        refs[ref] = runs.iloc[0] if len(runs) == 1 else None
+    if any(v is None for v in refs.values()) or len({int(v["n"]) for v in refs.values()}) > 1:
+        return df
+    n_refs = int(refs["small"]["n"])
+    fewer = df["n"].map(decoded) & (df["n"].fillna(0).astype(int) < n_refs)
+    if not fewer.any():
+        return df
+    df.loc[fewer, "on_fewer"] = True
+    metric = str(refs["small"]["metric"])
+    scores = {k: _scores(RunFolder(v["path"]).lines(), metric) for k, v in refs.items()}
+    for i in df.index[fewer]:
+        ids = _scores(RunFolder(df.at[i, "path"]).lines(), metric).keys()
+        for ref, col in (("small", "ref_small"), ("large", "ref_large")):
+            own = [scores[ref][x] for x in ids if x in scores[ref]]
+            df.at[i, col] = sum(own) / len(own) if len(own) == len(ids) else math.nan
+    return df
+
+
+def _scores(records: list[dict], metric: str) -> dict[str, float]:
+    """{example id: its primary metric} of a run's non-failed records."""
+    return {str(r["example_id"]): example_score(r, metric) for r in ok_records(records)}
+
+
+def gap(r) -> float:
+    """Run `r`'s gap recovered, against small-only and large-only on its own examples."""
+    return pgr(r["quality"], r["ref_small"], r["ref_large"])
+
+
 def router_label(r) -> str:
     """A row's router, marked when it was trained on another task."""
     return f"{r['router']} (transfer)" if is_transfer(r) else r["router"]
@@ -132,7 +175,9 @@ def router_metrics(df: pd.DataFrame) -> pd.DataFrame:
     best APGR (token) first.
 
     The references are the mean qualities of the task's `small` and `large` runs; every metric is
-    NaN when either is missing (see `harness.metrics.frontier` for the definitions).
+    NaN when either is missing (see `harness.metrics.frontier` for the definitions). A router
+    whose runs scored fewer examples than the references (`own_references`) is read through each
+    run's gap recovered on its own examples, at that gap on the references' scale.
     """
     q_small, q_large = reference(df, "small", "quality"), reference(df, "large", "quality")
     rows = []
@@ -140,6 +185,11 @@ def router_metrics(df: pd.DataFrame) -> pd.DataFrame:
         g = g[g["n"].map(decoded)]  # a run with no example yet has no quality and no share
         tok, call, q = g["large_token_share"], g["large_call_share"], g["quality"]
         refs_ok = not (math.isnan(q_small) or math.isnan(q_large))
+        mixed = "on_fewer" in g and g["on_fewer"].any()
+        if mixed and refs_ok:  # runs on different examples: each run's gap on its own ones,
+            # its quality put on the references' scale for AIQ, the curves through those
+            gaps = [gap(r) for _, r in g.iterrows()]
+            q = pd.Series([q_small + x * (q_large - q_small) for x in gaps], index=g.index)
         if not len(g):  # nothing measured: not the random line that empty curves would give
             rows.append({"router": router, "settings": 0})
             continue
@@ -219,29 +269,33 @@ def pair(r, controls: pd.DataFrame, task: TaskRuns) -> Pairing:
 
 def goal_runs(df: pd.DataFrame) -> list:
     """Per router (its transfer runs apart), its best run at a large-token share <= GOAL_SHARE
-    (the oracle's run whatever its share), highest quality first."""
+    (the oracle's run whatever its share), best first: by quality, or, where some run scored
+    fewer examples than the references (`own_references`), by the gap each run recovers on its
+    own examples."""
+    mixed = "on_fewer" in df and df["on_fewer"].any()
+    df = df.assign(_k=-(df.apply(gap, axis=1).fillna(-math.inf) if mixed else df["quality"]))
     best = []
     transfer = df["router"].where(~df.apply(is_transfer, axis=1), df["router"] + " (transfer)")
     for _, g in df[~df["router"].isin(REFERENCES)].groupby(transfer):
         if g["router"].iloc[0] != "oracle":
             g = g[g["large_token_share"] <= GOAL_SHARE]
         if len(g):
-            best.append(g.sort_values(["quality", "run"], ascending=[False, True]).iloc[0])
-    best.sort(key=lambda r: (-r["quality"], router_label(r)))  # PGR's order where there is a gap
-    return best
+            best.append(g.sort_values(["_k", "run"]).iloc[0])
+    best.sort(key=lambda r: (r["_k"], router_label(r)))  # PGR's order where there is a gap
+    return [r.drop("_k") for r in best]
 
 
 def goal_table(task: TaskRuns) -> Table:
     """The quality goal, per router: its best run at a large-token share <= GOAL_SHARE, the gap
-    it recovers, its verdict against its control and its speed relative to large-only's."""
-    q_small, q_large = task.references()
+    it recovers (on its own examples, n given where fewer than the references'), its verdict
+    against its control and its speed relative to large-only's."""
     rows = []
     for r in goal_runs(task.all_runs):
         vs = "control" if r["router"] in CONTROL_ROUTERS else task.pairing(r).verdict
         rows.append(
             (
                 router_label(r),
-                pct(pgr(r["quality"], q_small, q_large)),
+                pct(gap(r)) + (f" (n = {int(r['n'])})" if r.get("on_fewer") else ""),
                 vs,
                 num(r["large_token_share"]),
                 quality_cell(r),
