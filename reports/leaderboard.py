@@ -53,6 +53,7 @@ from reports.text import (
     DEVICE_DEFINITION,
     GOAL_SHARE,
     MATCH,
+    n_mark,
     pct,
     quality_cell,
     ratio_cells,
@@ -142,15 +143,14 @@ def summarize_task(task: TaskRuns, facts: dict) -> TaskSummary:
 def headline(s: TaskSummary) -> list[str]:
     """The page's first sentences: the references, the best router at the quality goal
     against random, and which routers beat their control there."""
-    fewer = s.fewer
     refs = (
         f"Small-only scores **{s.q_small:.3f}** and large-only **{s.q_large:.3f}** "
         f"{s.metric} on {s.n} {s.split} examples"
     )
-    if fewer:  # some rows kept an earlier edition's n
+    if s.fewer:  # some rows kept an earlier edition's n
+        counts = " / ".join(map(str, s.fewer))
         refs += (
-            f"; the rows marked n = {' / '.join(map(str, fewer))} scored the first "
-            f"{' / '.join(map(str, fewer))} of them, the others all {s.n}. Each gap recovered is "
+            f"; the rows marked n = {counts} scored the first {counts} of them, the others all {s.n}. Each gap recovered is "
             "against small-only and large-only on the run's own examples, and each paired "
             "verdict is on the examples both runs scored."
         )
@@ -166,7 +166,8 @@ def headline(s: TaskSummary) -> list[str]:
         say.append(
             f"At <= {GOAL_SHARE:.0%} large tokens the best router, **{best.router}**"
             f"{' (transfer)' if best.transfer else ''} ({best.setting}), recovers "
-            f"**{pct(best.gap)}**{f' (n = {best.fewer})' if best.fewer else ''} of the gap at {best.share:.3f} large tokens and {speed}× "
+            f"**{pct(best.gap)}**{n_mark(best.fewer)} of the gap at {best.share:.3f} large tokens "
+            f"and {speed}× "
             f"large-only's throughput{tail}."
         )
         by = {

@@ -146,8 +146,8 @@ def session_totals(manifest: dict) -> dict:
     that decoded examples): how many, their batch sizes, examples, tokens and wall seconds on
     the clock summed; their CPU seconds (`session_cpu_s`: those the invocations recorded;
     `session_cpu_bound_s`: for each that did not, its wall seconds times its machine's CPUs, an
-    upper bound, nan where its CPU count is unknown; `session_cpu_unrecorded`: how many); each model's backend. Runs written before
-    sessions were recorded give 0 sessions."""
+    upper bound, nan where its CPU count is unknown; `session_cpu_unrecorded`: how many); each
+    model's backend. Runs written before sessions were recorded give 0 sessions."""
     sessions = manifest.get("sessions") or []
     models = manifest.get("models") or {}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from reports.load import run_dirs
 from reports.render import Page
 from reports.tables import CONTROL_ROUTERS, Table
-from reports.text import DEFINITIONS, GOAL_SHARE, pct
+from reports.text import DEFINITIONS, GOAL_SHARE, n_mark, pct
 
 INDEX = "index"  # the index page's file stem
 SHOWN = ("def-gap", "def-goal", "def-paired", "def-throughput", "def-modeled", "def-transfer")
@@ -86,11 +86,7 @@ def _cell(e: GoalEntry | None) -> str:
     text, kind = (e.measured, "") if e.measured != "—" else (e.modeled, " modeled")
     ratio, _, notes = text.partition(" ")  # '1.18 (contended)': the ratio, then its notes
     speed = "—" if ratio == "—" else f"{ratio}×{kind}" + (f" {notes}" if notes else "")
-    gap = (
-        pct(e.gap)
-        + (f" (n = {e.fewer})" if e.fewer else "")
-        + (" (transfer)" if e.transfer else "")
-    )
+    gap = pct(e.gap) + n_mark(e.fewer) + (" (transfer)" if e.transfer else "")
     return " · ".join([gap, *([e.verdict] if e.verdict != "—" else []), speed])
 
 

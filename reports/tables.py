@@ -20,7 +20,6 @@ import pandas as pd
 from harness.core.run_folder import RunFolder
 from harness.metrics import verdicts
 from harness.metrics.frontier import aiq, apgr, cpt, pgr
-from harness.metrics.quality import example_score, ok_records
 from reports.load import REFERENCES, RUN_ORDER, decoded, flag
 from reports.plots import reference
 from reports.text import (
@@ -30,6 +29,7 @@ from reports.text import (
     comparison_cells,
     constant_args,
     constants_note,
+    n_mark,
     nearest_share,
     num,
     pct,
@@ -77,15 +77,17 @@ class TaskRuns:
     @classmethod
     def of(cls, df: pd.DataFrame) -> TaskRuns:
         """Split a task's runs into its own and transfer runs, and compute what tables share
-        (each run's references on its own examples: `own_references`)."""
-        df = own_references(df)
+        (each run's references on its own examples: `own_references`, whose reads of the
+        records are kept for the pairings)."""
+        records: dict = {}
+        df = own_references(df, records)
         moved = df["transfer"].fillna(False).astype(bool) if "transfer" in df else None
         own = df[~moved] if moved is not None else df
         transfer = df[moved] if moved is not None else df.iloc[:0]
         args = {}
         for r, a in zip(df["router"], df["router_args"], strict=True):
             args.setdefault(r, []).append(json.loads(a))
-        return cls(own, transfer, router_metrics(own), constant_args(args))
+        return cls(own, transfer, router_metrics(own), constant_args(args), records)
 
     @property
     def all_runs(self) -> pd.DataFrame:
@@ -125,13 +127,16 @@ def is_transfer(r) -> bool:
     return flag(r, "transfer")
 
 
-def own_references(df: pd.DataFrame) -> pd.DataFrame:
+def own_references(df: pd.DataFrame, records: dict | None = None) -> pd.DataFrame:
     """`df` with `ref_small` and `ref_large`: small-only's and large-only's mean quality on the
-    examples each run scored, and `on_fewer`: whether it scored fewer than they did. A run that scored as many examples as they did has the task's
-    references (every run of a task takes the first n examples of its split, the same for all);
-    a run on fewer examples (a row of an earlier edition's n beside references on the whole
-    split) has theirs on its own examples, so its gap recovered compares like with like. NaN
-    where a reference is missing or several runs of it disagree in n."""
+    examples each run scored, and `on_fewer`: whether it scored fewer than they did. A run that
+    scored as many examples as they did has the task's references (every run of a task takes
+    the first n examples of its split, the same for all); a run on fewer examples (a row of an
+    earlier edition's n beside references on the whole split) has theirs on its own examples,
+    so its gap recovered compares like with like. NaN where a reference is missing or several
+    runs of it disagree in n. `records` (run path -> its records) caches what is read."""
+    records = {} if records is None else records
+
     q_small, q_large = reference(df, "small", "quality"), reference(df, "large", "quality")
     df = df.assign(ref_small=q_small, ref_large=q_large, on_fewer=False)
     refs = {}
@@ -146,18 +151,19 @@ def own_references(df: pd.DataFrame) -> pd.DataFrame:
         return df
     df.loc[fewer, "on_fewer"] = True
     metric = str(refs["small"]["metric"])
-    scores = {k: _scores(RunFolder(v["path"]).lines(), metric) for k, v in refs.items()}
+
+    def scores(path: str) -> dict[str, float]:
+        if path not in records:
+            records[path] = RunFolder(path).lines()
+        return verdicts.example_scores(records[path], metric)
+
+    by_ref = {k: scores(v["path"]) for k, v in refs.items()}
     for i in df.index[fewer]:
-        ids = _scores(RunFolder(df.at[i, "path"]).lines(), metric).keys()
+        ids = scores(df.at[i, "path"]).keys()
         for ref, col in (("small", "ref_small"), ("large", "ref_large")):
-            own = [scores[ref][x] for x in ids if x in scores[ref]]
+            own = [by_ref[ref][x] for x in ids if x in by_ref[ref]]
             df.at[i, col] = sum(own) / len(own) if len(own) == len(ids) else math.nan
     return df
-
-
-def _scores(records: list[dict], metric: str) -> dict[str, float]:
-    """{example id: its primary metric} of a run's non-failed records."""
-    return {str(r["example_id"]): example_score(r, metric) for r in ok_records(records)}
 
 
 def gap(r) -> float:
@@ -295,7 +301,7 @@ def goal_table(task: TaskRuns) -> Table:
         rows.append(
             (
                 router_label(r),
-                pct(gap(r)) + (f" (n = {int(r['n'])})" if r.get("on_fewer") else ""),
+                pct(gap(r)) + n_mark(int(r["n"]) if r.get("on_fewer") else 0),
                 vs,
                 num(r["large_token_share"]),
                 quality_cell(r),

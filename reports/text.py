@@ -57,6 +57,12 @@ def verdict(c: Comparison) -> str:
     return c.verdict
 
 
+def n_mark(n: int) -> str:
+    """' (n = 200)' after a run's numbers where it scored fewer examples than the references
+    (`reports.tables.own_references`); '' for 0."""
+    return f" (n = {n})" if n else ""
+
+
 def num(x, digits: int = 3) -> str:
     """`x` at fixed precision; '—' for a missing or undefined value."""
     try:

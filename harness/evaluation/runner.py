@@ -8,8 +8,8 @@ split, router and its arguments, decode settings, models (source, dtype, device,
 package versions, git commit, machine, the router's and task's classes with the package versions
 that provide them (`plugins`; a resume whose plugin changed version says so on stderr), and one
 entry per invocation in `sessions`: batch size (--batch), examples, emitted tokens, wall
-seconds (the run's throughput) and CPU seconds (what it cost)); the records, one `ExampleRecord` per example, appended and
-fsync'ed as each is scored; the summary (`harness.metrics.quality.summarize`), written at the end.
+seconds (the run's throughput) and CPU seconds (what it cost)); the records, one
+`ExampleRecord` per example, appended and fsync'ed as each is scored; the summary (`harness.metrics.quality.summarize`), written at the end.
 One process writes a folder at a time: a second run into it ends at once, naming the first.
 Re-running the same command resumes: scored examples are skipped, failed ones (an `error` field)
 are retried, and a half-written last line from a crash is dropped. Timing fields of the summary

@@ -118,10 +118,12 @@ def compare_records(
 ) -> Comparison:
     """`compare_scores` of two runs' records: the primary `metric` of their non-failed records
     (a later record of an example id replaces an earlier one)."""
-    return compare_scores(_scores(a, metric), _scores(b, metric), n_boot, seed)
+    return compare_scores(example_scores(a, metric), example_scores(b, metric), n_boot, seed)
 
 
-def _scores(records: Sequence[dict], metric: str) -> dict[str, float]:
+def example_scores(records: Sequence[dict], metric: str) -> dict[str, float]:
+    """{example id: its primary `metric`} of a run's non-failed records (a later record of an
+    example id replaces an earlier one)."""
     return {str(r["example_id"]): example_score(r, metric) for r in ok_records(records)}
 
 
