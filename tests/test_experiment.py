@@ -170,20 +170,58 @@ def test_learned_router_steps(tmp_path):
     assert len(sweeps) == 2 and all("--targets 0.1,0.2,0.35" in x and "--batch auto" in x and
                                     "learned:calibration=" in x for x in sweeps)  # fmt: skip
     notes = [s.label for s in steps if isinstance(s, experiment.Note)]
-    assert notes == [f"gsm8k: learned left out of its rows ({learned}/gsm8k/learned.pt not found)"]
+    waits = f"waits for {learned}/gsm8k/learned.pt"
+    assert notes == [
+        f"gsm8k: learned left out of its rows ({learned}/gsm8k/learned.pt not found)",
+        f"gsm8k: entropy and confidence at the learned rows' shares: {waits}",
+        f"gsm8k: paired verdicts against entropy, confidence and random: {waits}",
+    ]
     random_controls = [s for s in steps if isinstance(s, Controls) and s.setting == "p"]
     assert [dict(s.pairs) for s in random_controls] == [{"random": ("learned",)}] * 2
     aimed = [s for s in steps if isinstance(s, Controls) and s.setting == "target_share"]
-    assert len(aimed) == 3 and all(s.rounds == 2 for s in aimed)
-    argv = aimed[1].command("entropy", 0.163)
+    assert len(aimed) == 2 and all(s.rounds == 2 for s in aimed)
+    argv = aimed[0].command("entropy", 0.163)
     assert "entropy:target_share=0.163" in argv and "--limit" in argv
     assert f"entropy:calibration={tmp_path}/ed/calibration/mbpp/entropy.json" in argv
     parses(argv)
     verdicts = [s for s in steps if isinstance(s, Verdicts)]
-    assert [s.to for s in verdicts] == [learned / "verdicts" / t for t in ("gsm8k", "mbpp",
-                                                                         "humaneval")]  # fmt: skip
+    assert [s.to for s in verdicts] == [learned / "verdicts" / t for t in ("mbpp", "humaneval")]
     assert verdicts[0].against == ("entropy", "confidence", "random")
     assert all(progress.status(s)[0] == "after the rows" for s in [*aimed, *verdicts])
+
+
+def test_edition3_steps_wait_for_a_router_whose_checkpoint_is_not_there(tmp_path):
+    """Before r2r is trained, the third edition's mbpp runs learned's paired steps without it
+    (entropy and confidence aimed at learned's shares alone) and r2r's verdicts wait; once its
+    checkpoint is there, the same steps pair both."""
+    learned, r2r = tmp_path / "learned", tmp_path / "r2r"
+    (learned / "mbpp").mkdir(parents=True)
+    (learned / "mbpp" / "learned.pt").write_bytes(b"")
+    sets = [f"vars.learned={learned}", f"vars.r2r={r2r}"]
+
+    def load():
+        return experiment.load(ROOT / "experiments" / "edition3.toml", out=str(tmp_path / "ed"),
+                               tasks=["mbpp"], sets=sets)  # fmt: skip
+
+    steps = experiment.steps(load())
+    aimed = [s for s in steps if isinstance(s, Controls) and s.setting == "target_share"]
+    assert [dict(s.pairs) for s in aimed] == [{"entropy": ("learned",), "confidence": ("learned",)}]
+    assert [(s.routers, s.against) for s in steps if isinstance(s, Verdicts)] == [
+        (("learned",), ("entropy", "confidence", "random"))
+    ]
+    notes = [s.label for s in steps if isinstance(s, experiment.Note)]
+    assert notes[-1] == (
+        "mbpp: r2r: paired verdicts against entropy, confidence, learned and random: "
+        f"waits for {r2r}/mbpp/r2r.pt"
+    )
+    (r2r / "mbpp").mkdir(parents=True)
+    (r2r / "mbpp" / "r2r.pt").write_bytes(b"")
+    steps = experiment.steps(load())
+    aimed = [s for s in steps if isinstance(s, Controls) and s.setting == "target_share"]
+    assert dict(aimed[0].pairs)["entropy"] == ("learned", "r2r")
+    verdicts = [s for s in steps if isinstance(s, Verdicts)]
+    assert verdicts[1].against == ("entropy", "confidence", "learned", "random")
+    assert not [s for s in steps if isinstance(s, experiment.Note)]
 
 
 def test_validity_runs_only_the_tasks_it_is_given(tmp_path):

@@ -220,5 +220,8 @@ def test_the_experiment_spec_plans_labels_training_rows_and_verdicts(tmp_path):
     assert [x.split("--task ")[1].split()[0] for x in calibrations] == ["mbpp", "humaneval"]
     sweeps = [x for x in lines if x.startswith("sweep ")]
     assert len(sweeps) == 2 and all("--targets 0.1,0.2,0.35" in x for x in sweeps)
-    verdicts = [s for s in experiment.steps(spec) if isinstance(s, Verdicts)]
-    assert [s.against for s in verdicts] == [("entropy", "confidence", "learned", "random")] * 3
+    steps = experiment.steps(spec)
+    verdicts = [s for s in steps if isinstance(s, Verdicts)]
+    assert [s.against for s in verdicts] == [("entropy", "confidence", "learned", "random")] * 2
+    waiting = [s.label for s in steps if isinstance(s, experiment.Note) and "waits" in s.label]
+    assert len(waiting) == 2 and all(x.startswith("gsm8k: ") for x in waiting)  # no checkpoint

@@ -233,13 +233,14 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
             )
         )
     fixed, left_out, in_rows = {}, set(), {r for row in spec.rows for r in row.routers}
+    absent = _absent(spec, v)
     for router, table in spec.routers.items():
-        args = {k: a for k, a in fill(table, v).items() if k != "calibrate"}
-        missing = [args[k] for k in REQUIRED_FILES if k in args and not Path(args[k]).is_file()]
-        if missing and router in in_rows:
+        fixed[router] = {k: a for k, a in fill(table, v).items() if k != "calibrate"}
+        if router in absent:
             left_out.add(router)
-            out.append(Note(f"{task.name}: {router} left out of its rows ({missing[0]} not found)"))
-        fixed[router] = args
+            out.append(
+                Note(f"{task.name}: {router} left out of its rows ({absent[router]} not found)")
+            )
     in_rows -= left_out
     calibrated = [r for r, t in spec.routers.items() if t.get("calibrate") and r in in_rows]
     if calibrated:
@@ -291,6 +292,22 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
                 pub,
             )
         )
+    return out
+
+
+def _absent(spec: Spec, v: Mapping) -> dict[str, str]:
+    """{router of the rows: the first file its arguments name that is not there yet (its
+    checkpoint)}: such a router is left out of its rows, and of the steps that pair rows, until a
+    step makes the file."""
+    out = {}
+    in_rows = {r for row in spec.rows for r in row.routers}
+    for router, table in spec.routers.items():
+        if router not in in_rows:
+            continue
+        args = fill(table, v)
+        missing = [args[k] for k in REQUIRED_FILES if k in args and not Path(args[k]).is_file()]
+        if missing:
+            out[router] = str(missing[0])
     return out
 
 
@@ -402,8 +419,12 @@ def _paired_step(spec: Spec, table: Mapping, v: Mapping, label: str, task: Task)
             f"{spec.path}: a step with controls = needs routers = [...], one with "
             "compare = needs routers = [...] and to = FOLDER"
         )
+    absent = _absent(spec, v)
+    if all(r in absent for r in routers):  # a router with no file has no rows to pair yet
+        return Note(f"{label}: waits for {absent[routers[0]]}")
+    routers = tuple(r for r in routers if r not in absent)
     if "compare" in table:
-        against = tuple(fill(table["compare"], v))
+        against = tuple(r for r in fill(table["compare"], v) if r not in absent)
         return Verdicts(label, folder, routers, against, Path(fill(table["to"], v)), pub)
     models = options(fill(spec.models, v))
     argv = {}
