@@ -513,6 +513,20 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
     argv = ["experiment", "verdicts", str(spec_file), "--md", str(out)]
     assert main(argv) == 0
     assert compared[0] in out.read_text().splitlines()
+    # a verdict made while a run held fewer examples than now (a partial or shorter run) is
+    # made again; a pair whose run has not finished waits for it
+    made = tmp_path / "verdicts" / "reward_threshold1--vs--random_rate0.25.json"
+    made.write_text(json.dumps({**v, "n_paired": 5}))
+    assert not progress.is_done(verdicts)
+    said = []
+    assert experiment_run.perform(verdicts, run, None, said.append) == 0
+    assert json.loads(made.read_text())["n_paired"] == 12 and progress.is_done(verdicts)
+    (folder / "random_rate0.25" / "summary.json").unlink()
+    made.unlink()
+    said.clear()
+    assert experiment_run.perform(verdicts, run, None, said.append) == 0
+    assert "   reward_threshold1 vs random_rate0.25: waits for random_rate0.25 to finish" in said
+    assert not made.exists() and not progress.is_done(verdicts)
 
 
 def test_a_working_copy_with_new_rows_is_read_with_its_published_copy(tmp_path):

@@ -44,9 +44,11 @@ from harness.evaluation.experiment import (
 )
 from harness.evaluation.progress import (
     anchor_folder,
+    compared,
     control_needs,
     is_done,
     status,
+    unfinished,
     verdict_pairs,
     verdict_table,
 )
@@ -177,7 +179,9 @@ def _verdicts(step: Verdicts, execute: Execute, say) -> int:
     for run, router, other in pairs:
         if not other:
             say(f"   {run}: no {router} run within 2 points of its share")
-        elif not step.verdict(run, other).is_file():
+        elif waits := unfinished(step, run, other):
+            say(f"   {run} vs {other}: waits for {', '.join(waits)} to finish")
+        elif not compared(step, run, other):
             rc = _call(step.command(run, other), execute, None, say, heavy=False)
             failed += rc not in (0, 1) or not step.verdict(run, other).is_file()
     return 1 if failed else 0
@@ -285,7 +289,7 @@ def plan(spec: Spec) -> list[str]:
             out += [
                 command_line(step.command(r, o))
                 for r, _, o in pairs
-                if o and not step.verdict(r, o).is_file()
+                if o and not compared(step, r, o)
             ]
             out.append(
                 f"#   once the rows are done: each {', '.join(step.routers)} run against "

@@ -191,6 +191,43 @@ def _pairs(step: Verdicts, df) -> list[tuple[str, str, str]] | None:
     return out
 
 
+def compared(step: Verdicts, run: str, other: str) -> bool:
+    """Whether the pair's verdict is there and pairs the examples both runs hold now: one made
+    while a run was partial, or before a run was extended, pairs fewer than the smaller run's
+    examples less both runs' failures, and is made again (so is one whose run has no summary:
+    not finished)."""
+    path = step.verdict(run, other)
+    if not path.is_file():
+        return False
+    sizes = _sizes(step, (run, other))
+    if None in sizes:
+        return False
+    paired = json.loads(path.read_text(encoding="utf-8")).get("n_paired")
+    (n_run, failed_run), (n_other, failed_other) = sizes
+    return paired is None or paired >= min(n_run, n_other) - failed_run - failed_other
+
+
+def unfinished(step: Verdicts, run: str, other: str) -> list[str]:
+    """The pair's runs that have not finished (no summary yet): its verdict waits for them."""
+    return [
+        r for r, size in zip((run, other), _sizes(step, (run, other)), strict=True) if size is None
+    ]
+
+
+def _sizes(step: Verdicts, runs) -> list[tuple[int, int] | None]:
+    held = {d.name: d for d in held_runs(step.folder, step.published)}
+    return [_scored(held[r]) if r in held else None for r in runs]
+
+
+def _scored(folder: Path) -> tuple[int, int] | None:
+    """(examples, failed) of a finished run's summary; None while it has none."""
+    summary = folder / "summary.json"
+    if not summary.is_file():
+        return None
+    s = json.loads(summary.read_text(encoding="utf-8"))
+    return int(s.get("n", 0)), int(s.get("n_failed", 0) or 0)
+
+
 def verdict_table(step: Verdicts) -> list[str]:
     """The step's matched pairs as markdown table lines: each run of `step.routers` (its
     realized share) against the nearest run of each router of `step.against`, with the paired
@@ -285,7 +322,7 @@ def is_done(step: Step) -> bool:
         return control_needs(step) == []
     if isinstance(step, Verdicts):
         pairs = verdict_pairs(step)
-        return pairs is not None and all(step.verdict(r, o).is_file() for r, _, o in pairs if o)
+        return pairs is not None and all(compared(step, r, o) for r, _, o in pairs if o)
     if isinstance(step, Select):
         return all((step.to / f).is_file() for f in step.files)
     if isinstance(step, Copy):
@@ -392,7 +429,7 @@ def status(step: Step) -> tuple[str, float, int]:
         if pairs is None:
             return "after the rows", 0.0, 0
         both = [(r, o) for r, _, o in pairs if o]
-        written = sum(step.verdict(r, o).is_file() for r, o in both)
+        written = sum(compared(step, r, o) for r, o in both)
         alone = len(pairs) - len(both)
         unmatched = f" ({alone} with no row within {MATCH:g})" if alone else ""
         text = f"{written} of {len(both)} matched pairs compared{unmatched}"
