@@ -109,4 +109,6 @@ def test_edition_changes_lists_the_verdicts_that_changed(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert out == md.read_text() and f"{len(changed)} of the {both} verdicts" in out
+    assert main(["edition-changes", str(old), str(old), "--tasks", "demo"]) == 0
+    assert capsys.readouterr().out == f"0 of the {both} verdicts both editions give changed.\n"
     assert main(["edition-changes", str(old), str(tmp_path / "nowhere"), "--tasks", "demo"]) == 2

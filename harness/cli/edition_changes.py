@@ -25,7 +25,7 @@ def configure(p) -> None:
 def run(args) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     table, _ = changed_verdicts(args.old, args.new, tasks)
-    text = f"{md_table(table)}\n\n{table.note}\n"
+    text = (f"{md_table(table)}\n\n" if table.rows else "") + f"{table.note}\n"
     print(text, end="")
     if args.md:
         Path(args.md).write_text(text)
