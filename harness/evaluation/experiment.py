@@ -29,6 +29,7 @@ from harness.evaluation.experiment_spec import (
     Row,
     Spec,
     Task,
+    absent_files,
     fill,
     load,
     options,
@@ -184,9 +185,6 @@ class Note:
 Step = Command | Anchor | Controls | Verdicts | Select | Copy | Publish | Note
 
 
-# --- reading a spec ----------------------------------------------------------------------------
-
-
 # --- expanding a spec into steps ---------------------------------------------------------------
 
 
@@ -233,7 +231,7 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
             )
         )
     fixed, left_out, in_rows = {}, set(), {r for row in spec.rows for r in row.routers}
-    absent = _absent(spec, v)
+    absent = absent_files(spec, v)
     for router, table in spec.routers.items():
         fixed[router] = {k: a for k, a in fill(table, v).items() if k != "calibrate"}
         if router in absent:
@@ -292,22 +290,6 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
                 pub,
             )
         )
-    return out
-
-
-def _absent(spec: Spec, v: Mapping) -> dict[str, str]:
-    """{router of the rows: the first file its arguments name that is not there yet (its
-    checkpoint)}: such a router is left out of its rows, and of the steps that pair rows, until a
-    step makes the file."""
-    out = {}
-    in_rows = {r for row in spec.rows for r in row.routers}
-    for router, table in spec.routers.items():
-        if router not in in_rows:
-            continue
-        args = fill(table, v)
-        missing = [args[k] for k in REQUIRED_FILES if k in args and not Path(args[k]).is_file()]
-        if missing:
-            out[router] = str(missing[0])
     return out
 
 
@@ -419,7 +401,7 @@ def _paired_step(spec: Spec, table: Mapping, v: Mapping, label: str, task: Task)
             f"{spec.path}: a step with controls = needs routers = [...], one with "
             "compare = needs routers = [...] and to = FOLDER"
         )
-    absent = _absent(spec, v)
+    absent = absent_files(spec, v)
     if all(r in absent for r in routers):  # a router with no file has no rows to pair yet
         return Note(f"{label}: waits for {absent[routers[0]]}")
     routers = tuple(r for r in routers if r not in absent)

@@ -239,3 +239,19 @@ def options(table: Mapping) -> list[str]:
 
 def text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def absent_files(spec: Spec, v: Mapping) -> dict[str, str]:
+    """{router of the rows: the first file its arguments name that is not there yet (its
+    checkpoint)}: such a router is left out of its rows, and of the steps that pair rows, until a
+    step makes the file."""
+    out = {}
+    in_rows = {r for row in spec.rows for r in row.routers}
+    for router, table in spec.routers.items():
+        if router not in in_rows:
+            continue
+        args = fill(table, v)
+        missing = [args[k] for k in REQUIRED_FILES if k in args and not Path(args[k]).is_file()]
+        if missing:
+            out[router] = str(missing[0])
+    return out

@@ -221,11 +221,10 @@ def _sizes(step: Verdicts, runs) -> list[tuple[int, int] | None]:
 
 def _scored(folder: Path) -> tuple[int, int] | None:
     """(examples, failed) of a finished run's summary; None while it has none."""
-    summary = folder / "summary.json"
-    if not summary.is_file():
+    summary = RunFolder(folder).summary()
+    if summary is None:
         return None
-    s = json.loads(summary.read_text(encoding="utf-8"))
-    return int(s.get("n", 0)), int(s.get("n_failed", 0) or 0)
+    return int(summary.get("n", 0)), int(summary.get("n_failed", 0) or 0)
 
 
 def verdict_table(step: Verdicts) -> list[str]:
