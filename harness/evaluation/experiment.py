@@ -230,16 +230,15 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
                 pub / "device" if pub else None,
             )
         )
-    fixed, left_out, in_rows = {}, set(), {r for row in spec.rows for r in row.routers}
-    absent = absent_files(spec, v)
-    for router, table in spec.routers.items():
-        fixed[router] = {k: a for k, a in fill(table, v).items() if k != "calibrate"}
-        if router in absent:
-            left_out.add(router)
-            out.append(
-                Note(f"{task.name}: {router} left out of its rows ({absent[router]} not found)")
-            )
-    in_rows -= left_out
+    fixed = {
+        router: {k: a for k, a in fill(table, v).items() if k != "calibrate"}
+        for router, table in spec.routers.items()
+    }
+    left_out = absent_files(spec, v)  # routers of the rows whose checkpoint is not there yet
+    out += [
+        Note(f"{task.name}: {r} left out of its rows ({f} not found)") for r, f in left_out.items()
+    ]
+    in_rows = {r for row in spec.rows for r in row.routers} - set(left_out)
     calibrated = [r for r, t in spec.routers.items() if t.get("calibrate") and r in in_rows]
     if calibrated:
         out += _calibration(spec, task, calibrated, fixed, models)
