@@ -225,3 +225,24 @@ def test_the_experiment_spec_plans_labels_training_rows_and_verdicts(tmp_path):
     assert [s.against for s in verdicts] == [("entropy", "confidence", "learned", "random")] * 2
     waiting = [s.label for s in steps if isinstance(s, experiment.Note) and "waits" in s.label]
     assert len(waiting) == 2 and all(x.startswith("gsm8k: ") for x in waiting)  # no checkpoint
+
+
+def test_r2r_status_counts_labelled_examples_and_steps_that_wait(tmp_path):
+    """`experiment status` on r2r.toml before any checkpoint: the label step shows how many
+    examples its rollouts.jsonl holds, and the paired steps waiting for r2r's checkpoint are
+    counted apart, not as done."""
+    from harness.evaluation import experiment, experiment_run
+    from tests.test_experiment import ROOT
+
+    r2r = tmp_path / "r2r"
+    (r2r / "labels-mbpp").mkdir(parents=True)
+    (r2r / "labels-mbpp" / "rollouts.jsonl").write_text('{"schema": 1}\n{"id": "a"}\n{"id": "b"}\n')
+    spec = experiment.load(ROOT / "experiments" / "r2r.toml", out=str(tmp_path / "ed"),
+                           sets=[f"vars.r2r={r2r}"])  # fmt: skip
+    lines = experiment_run.report(spec)
+    label_mbpp = next(x for x in lines if "mbpp: critical-divergence labels" in x)
+    assert label_mbpp.endswith("to do (stats.json not there yet); 3 lines in rollouts.jsonl")
+    waits = [s for s in experiment.steps(spec) if isinstance(s, experiment.Note) and s.waits]
+    assert len(waits) == 6 and all(s.waits.name == "r2r.pt" for s in waits)
+    assert lines[-1].split(";")[0].endswith(f", {len(waits)} wait for a file a step makes")
+    assert not lines[-1].startswith(f"{len(experiment.steps(spec))} of")

@@ -83,6 +83,7 @@ class Command:
     done_stat: str = ""
     done_lines: int = 0
     heavy: bool = True  # loads models: holds the heavy lock while it runs
+    progress: Path | None = None  # a file with one line per unit of work done (status counts)
 
 
 @dataclass(frozen=True)
@@ -177,9 +178,11 @@ class Publish:
 
 @dataclass(frozen=True)
 class Note:
-    """Something a reader should know about the plan (a row left out and why)."""
+    """Something a reader should know about the plan (a row left out and why); with `waits`, a
+    step that runs once that file is there."""
 
     label: str
+    waits: Path | None = None
 
 
 Step = Command | Anchor | Controls | Verdicts | Select | Copy | Publish | Note
@@ -402,7 +405,8 @@ def _paired_step(spec: Spec, table: Mapping, v: Mapping, label: str, task: Task)
         )
     absent = absent_files(spec, v)
     if all(r in absent for r in routers):  # a router with no file has no rows to pair yet
-        return Note(f"{label}: waits for {absent[routers[0]]}")
+        file = absent[routers[0]]
+        return Note(f"{label}: waits for {file}", Path(file))
     routers = tuple(r for r in routers if r not in absent)
     if "compare" in table:
         against = tuple(r for r in fill(table["compare"], v) if r not in absent)
@@ -480,6 +484,14 @@ def _generic_step(spec: Spec, table: Mapping, v: Mapping, i: int, task: Task | N
         )
     done = out / fill(table["done"], v) if table.get("done") else None
     lines = int(fill(table.get("done_lines", 0), v))
+    counted = out / fill(table["progress"], v) if table.get("progress") else None
     return Command(
-        label, argv, runs, done, table.get("done_stat", ""), lines, table.get("heavy", True)
+        label,
+        argv,
+        runs,
+        done,
+        table.get("done_stat", ""),
+        lines,
+        table.get("heavy", True),
+        counted,
     )

@@ -310,19 +310,22 @@ def report(spec: Spec) -> list[str]:
     """Per step: where it stands; then the steps done and the hours left at measured rates."""
     todo = steps(spec)
     out = [f"experiment {spec.name} ({spec.path}) -> {spec.out}"]
-    hours, unknown, done = 0.0, 0, 0
+    hours, unknown, done, waiting = 0.0, 0, 0, 0
     for i, step in enumerate(todo, 1):
         text, h, u = status(step)
-        if isinstance(step, Note):
+        if isinstance(step, Note):  # a note is no work; one that waits for a file is work to come
             out.append(f"[{i}/{len(todo)}] {step.label}")
-            done += 1
+            done, waiting = done + (step.waits is None), waiting + (step.waits is not None)
             continue
+        if isinstance(step, Publish) and waiting and is_done(step):
+            text = f"done with the rows there so far ({waiting} step(s) above wait for a file)"
         done += is_done(step)
         hours, unknown = hours + h, unknown + u
         out.append(f"[{i}/{len(todo)}] {step.label}: {text}")
     left = f"; ~{hours:.1f} h left at measured rates" if hours else ""
     more = f" (+ {unknown} runs with no rate yet)" if unknown else ""
-    out.append(f"{done} of {len(todo)} steps done{left}{more}")
+    wait = f", {waiting} wait for a file a step makes" if waiting else ""
+    out.append(f"{done} of {len(todo)} steps done{wait}{left}{more}")
     return out
 
 

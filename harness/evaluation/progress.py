@@ -400,6 +400,8 @@ def status(step: Step) -> tuple[str, float, int]:
         out = step.argv[step.argv.index("--out") + 1] if "--out" in step.argv[:-1] else None
         hours = training_hours(folder, out) if folder and folder.is_dir() else 0.0
         spent = f"; {hours:.2f} h so far" if hours else ""
+        if step.progress is not None and step.progress.is_file() and not is_done(step):
+            spent = f"; {_lines(step.progress)} lines in {step.progress.name}" + spent
         if step.done is None:
             return f"runs every time (it resumes itself){spent}", 0.0, 0
         return (
