@@ -19,7 +19,10 @@ def configure(p) -> None:
     )
     p.add_argument("--citer", default=None, help="CITER checkpoint: adds a citer row")
     p.add_argument(
-        "--backends", default=None, help="e.g. hf,llama.cpp: one table each, in this process"
+        "--backends",
+        type=options.names,
+        default=None,
+        help="e.g. hf,llama.cpp: one table each, in this process",
     )
     options.add_model_args(p)
 
@@ -29,7 +32,7 @@ def run(args) -> int:
         bench.BenchSpec,
         args,
         rates=tuple(float(r) for r in args.rates.split(",")),
-        backends=tuple(b.strip() for b in (args.backends or "").split(",") if b.strip()),
+        backends=args.backends or (),
         models=ModelSpec.of(args),
     )
     return bench.bench_decode(spec)

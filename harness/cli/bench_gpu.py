@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.cli import options
 from harness.errors import UserError
 from harness.evaluation import gpu_bench, random_pair
 
@@ -32,6 +33,7 @@ def configure(p) -> None:
     p.add_argument("--budget-s", type=float, default=420.0, help="start no section after this")
     p.add_argument(
         "--sections",
+        type=options.names,
         default=",".join(gpu_bench.SECTIONS),
         help=f"which to run, comma-separated (default all: {','.join(gpu_bench.SECTIONS)})",
     )
@@ -52,7 +54,7 @@ def run(args) -> int:
         return value if value is not None else (small if tiny else default)
 
     batches = args.batches or ("1,2,4" if tiny else "1,16,64")
-    sections = tuple(x.strip() for x in args.sections.split(",") if x.strip())
+    sections = args.sections
     unknown = sorted(set(sections) - set(gpu_bench.SECTIONS))
     if unknown or not sections:
         raise UserError(

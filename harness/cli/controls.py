@@ -10,6 +10,7 @@ each is aimed). Prints one line "CONTROL P" per run to add, nothing when every r
 
 from __future__ import annotations
 
+from harness.cli import options
 from harness.errors import UserError
 from harness.evaluation import controls
 from reports.load import run_dirs
@@ -19,6 +20,7 @@ def configure(p) -> None:
     p.add_argument("folder", help="a sweep's folder (one task's run folders)")
     p.add_argument(
         "--routers",
+        type=options.names,
         default=None,
         help="comma-separated routers to pair (default: every router of the folder but the "
         "ends, the controls and the bounds oracle and speculative)",
@@ -28,7 +30,7 @@ def configure(p) -> None:
 def run(args) -> int:
     pairs = None
     if args.routers:
-        routers = [r.strip() for r in args.routers.split(",") if r.strip()]
+        routers = list(args.routers)
         pairs = controls.pairs_of(routers)
     if not run_dirs(args.folder):
         raise UserError(f"{args.folder} holds no run folders (a published task: its folder there)")

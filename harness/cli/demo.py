@@ -38,7 +38,12 @@ DEMO_N_CTX = 1024  # per sequence: mbpp's prompt and DEMO_TOKENS fit
 
 def configure(p) -> None:
     p.add_argument("--task", default="mbpp", help="task (default mbpp: short answers)")
-    p.add_argument("--routers", default=DEMO_ROUTERS, help="comma-separated, of: " + DEMO_ROUTERS)
+    p.add_argument(
+        "--routers",
+        type=options.names,
+        default=DEMO_ROUTERS,
+        help="comma-separated, of: " + DEMO_ROUTERS,
+    )
     p.add_argument(
         "--share",
         type=float,
@@ -89,7 +94,7 @@ def run(args) -> int:
     from harness.errors import UserError
 
     start = time.perf_counter()
-    names = [r.strip() for r in args.routers.split(",") if r.strip()]
+    names = list(args.routers)
     if not {"small", "large"} <= set(names):
         raise UserError("the demo needs small and large: the gap is measured between them")
     models = ["--dtype", args.dtype, "--threads", str(args.threads)]

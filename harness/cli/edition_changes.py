@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.cli import options
 from reports.editions import changed_verdicts
 from reports.render import md_table
 
@@ -18,12 +19,14 @@ from reports.render import md_table
 def configure(p) -> None:
     p.add_argument("old", help="the older edition: a folder of task folders")
     p.add_argument("new", help="the newer edition: a folder of task folders")
-    p.add_argument("--tasks", required=True, help="comma-separated task folders to compare")
+    p.add_argument(
+        "--tasks", type=options.names, required=True, help="comma-separated task folders to compare"
+    )
     p.add_argument("--md", default=None, metavar="FILE", help="also write the table here")
 
 
 def run(args) -> int:
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    tasks = list(args.tasks)
     table, _ = changed_verdicts(args.old, args.new, tasks)
     text = (f"{md_table(table)}\n\n" if table.rows else "") + f"{table.note}\n"
     print(text, end="")

@@ -24,6 +24,7 @@ import threading
 import traceback
 from pathlib import Path
 
+from harness.cli import options
 from harness.cli.main import COMMANDS, TRAINING
 from harness.errors import UserError
 from harness.evaluation import experiment, experiment_run
@@ -46,7 +47,9 @@ def configure(p) -> None:
             help="another output folder than the spec's (its publish target is then dropped)",
         )
         q.add_argument("--n", type=int, default=None, help="every task's example count")
-        q.add_argument("--tasks", default=None, help="comma-separated: only these tasks")
+        q.add_argument(
+            "--tasks", type=options.names, default=None, help="comma-separated: only these tasks"
+        )
         q.add_argument(
             "--set",
             action="append",
@@ -74,7 +77,7 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else []
+    tasks = list(args.tasks or ())
     spec = experiment.load(args.spec, args.set, args.out, args.n, tasks)
     if args.action == "status":
         print("\n".join(experiment_run.report(spec)))

@@ -12,6 +12,12 @@ from harness.backends.engine import decode_config  # noqa: F401  (commands take 
 BACKENDS = ("auto", "hf", "llama.cpp")  # harness.backends.NAMES, without importing torch
 
 
+def names(text: str) -> tuple[str, ...]:
+    """A comma-separated option (`--tasks gsm8k,mbpp`) as its items, blanks dropped: an
+    argparse `type=` for every list-valued option."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def typed(cls, args, **values):
     """The frozen dataclass `cls` of a command's parsed options: each field from the option of
     its name, or from `values` (typed here, e.g. parsed `K=V` arguments); a field that neither

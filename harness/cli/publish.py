@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import sys
 
+from harness.cli import options
 from reports.publish import publish
 
 
 def configure(p) -> None:
     p.add_argument("results", help="folder of task folders (e.g. results/edition2)")
     p.add_argument("reports", help="published folder (e.g. reports/published)")
-    p.add_argument("--tasks", required=True, help="comma-separated task folders to publish")
+    p.add_argument(
+        "--tasks", type=options.names, required=True, help="comma-separated task folders to publish"
+    )
 
 
 def run(args) -> int:
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    tasks = list(args.tasks)
     done = publish(args.results, args.reports, tasks)
     for task, html in zip(tasks, done.reports, strict=True):
         print(f"{args.reports}/{task}: {html}")

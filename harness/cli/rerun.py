@@ -16,6 +16,7 @@ import shlex
 from dataclasses import asdict
 from pathlib import Path
 
+from harness.cli import options
 from harness.cli import run as run_command
 from harness.core.run_folder import RunFolder
 from harness.errors import UserError
@@ -26,14 +27,16 @@ from harness.metrics.compare import compare, report
 
 def configure(p) -> None:
     p.add_argument("sweep", type=Path, help="a sweep's task folder (holds sweep.json)")
-    p.add_argument("--rows", required=True, help="comma-separated row folders to run again")
+    p.add_argument(
+        "--rows", type=options.names, required=True, help="comma-separated row folders to run again"
+    )
     p.add_argument("--out", type=Path, required=True, help="where the reruns go (one folder each)")
     p.add_argument("--lock", default=None, help="hold this lock file while a row decodes")
     p.add_argument("--max-slowdown", type=float, default=1.25, help="as in `hybridbench compare`")
 
 
 def run(args) -> int:
-    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    rows = list(args.rows)
     if not rows:
         raise UserError("--rows is empty")
     commands = {row: with_out(recorded_argv(args.sweep, row), args.out / row) for row in rows}

@@ -12,7 +12,12 @@ from harness.training.reward_data import (
 
 def configure(p) -> None:
     p.add_argument("--out", required=True, help="data folder (created; resumed if it exists)")
-    p.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
+    p.add_argument(
+        "--tasks",
+        type=options.names,
+        default=",".join(DEFAULT_TASKS),
+        help="comma-separated task names",
+    )
     p.add_argument("--prompts", type=int, default=48, help="prompts in all (equal share per task)")
     p.add_argument(
         "--max-new-tokens",
@@ -33,7 +38,6 @@ def run(args) -> int:
     spec = options.typed(
         reward_data.PairsSpec,
         args,
-        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
         temperature=reward_data.parse_range(args.temperature),
         top_p=reward_data.parse_range(args.top_p),
         models=ModelSpec.of(args),

@@ -25,6 +25,7 @@ def configure(p) -> None:
     g = options.add_token_net_args(p, labels, target)
     g.add_argument(
         "--inputs",
+        type=options.names,
         default="dist,hidden,token",
         help="what the network reads, comma-separated: dist (small's distribution), hidden "
         "(its last hidden state), token (the drafted token)",
@@ -53,7 +54,7 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    inputs = {x.strip() for x in args.inputs.split(",") if x.strip()}
+    inputs = set(args.inputs)
     if not inputs or inputs - set(INPUTS):
         raise UserError(f"--inputs takes a comma-separated subset of {','.join(INPUTS)}")
     fit = learned.FitConfig(
