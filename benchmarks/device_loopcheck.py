@@ -12,13 +12,11 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-sys.path.insert(0, str(Path(__file__).parent))
-import device_latency  # noqa: E402
-
-from harness.backends.hf import returned_cache  # noqa: E402
+from benchmarks.device_shadows import shadow
+from harness.backends.hf import returned_cache
 
 N, P = 200, 160
-b = device_latency.shadow(Path(sys.argv[1]), "large", "cuda")
+b = shadow(Path(sys.argv[1]), "large", "cuda")
 m = b.model
 print("attn", m.config._attn_implementation, flush=True)
 

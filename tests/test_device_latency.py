@@ -1,6 +1,6 @@
-"""benchmarks/device_latency.py's llama.cpp engine, on CPU with tiny GGUF files:
-random-weights files rebuilt from a skeleton, and recorded rows replayed over models that run in
-worker processes (benchmarks/device_llamacpp_worker.py)."""
+"""benchmarks/device_latency.py's llama.cpp engine, on CPU with tiny GGUF files: random-weights
+files rebuilt from a skeleton (benchmarks/device_shadows.py), and recorded rows replayed over
+models that run in worker processes (benchmarks/device_llamacpp_worker.py)."""
 
 import json
 
@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("llama_cpp")
 
 from benchmarks import device_latency as dl  # noqa: E402
+from benchmarks import device_shadows as ds  # noqa: E402
 from harness.core.loop import DecodeConfig  # noqa: E402
 from harness.core.scheduler import generate  # noqa: E402
 from harness.evaluation.replay import replay_timed  # noqa: E402
@@ -25,13 +26,13 @@ def test_random_quantized_blocks_are_small_and_finite(tmp_path):
     from gguf.quants import dequantize
 
     head, table, at = b"H" * 64, [], 64
-    for kind in dl.SCALES:
+    for kind in ds.SCALES:
         n = 4 * GGML_QUANT_SIZES[GGMLQuantizationType[kind]][1]  # four blocks
         table.append([f"blk.0.{kind}.weight", kind, at, n])
         at += n
     (tmp_path / "m.head").write_bytes(head)
     (tmp_path / "m.json").write_text(json.dumps({"file_size": at, "tensors": table}))
-    data = dl.random_gguf(tmp_path, "m", tmp_path / "m.gguf").read_bytes()
+    data = ds.random_gguf(tmp_path, "m", tmp_path / "m.gguf").read_bytes()
     assert len(data) == at and data[:64] == head
     for _, kind, offset, n in table:
         raw = np.frombuffer(data[offset : offset + n], np.uint8).reshape(4, -1)
@@ -44,8 +45,8 @@ def test_skeleton_rebuilds_a_loadable_file_of_the_same_sizes(tmp_path):
     from harness.backends.llamacpp import LlamaCppBackend, gguf_info
 
     small, _ = tiny_gguf_pair()
-    dl.skeleton(small, tmp_path, "small")
-    rebuilt = dl.random_gguf(tmp_path, "small", tmp_path / "small-random.gguf")
+    ds.skeleton(small, tmp_path, "small")
+    rebuilt = ds.random_gguf(tmp_path, "small", tmp_path / "small-random.gguf")
     assert rebuilt.stat().st_size == small.stat().st_size
     a, b = gguf_info(small, "small", "x"), gguf_info(rebuilt, "small", "x")
     assert (a.weight_bytes, a.n_params, a.kv_bytes_per_token, a.dtype) == (
@@ -63,8 +64,8 @@ def test_rows_replay_over_worker_processes(tmp_path, row):
     copies that run in worker processes (the device's setup, all on the CPU here)."""
     models = tiny_backends(seed=2, kind="llama.cpp")
     for role, path in zip(("small", "large"), tiny_gguf_pair(), strict=True):
-        dl.skeleton(path, tmp_path, role)
-    workers = {role: dl.shadow_llamacpp(tmp_path, role, "cpu", 1, tmp_path)
+        ds.skeleton(path, tmp_path, role)
+    workers = {role: ds.shadow_llamacpp(tmp_path, role, "cpu", 1, tmp_path)
                for role in ("small", "large")}  # fmt: skip
     assert workers["large"].info.backend.startswith("llama.cpp ")
     assert workers["small"].ping_ms > 0
