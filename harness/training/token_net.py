@@ -210,6 +210,10 @@ def save_router(kind: str, net, config: dict, report: dict, scores, stats: dict,
         "train_ids": used,
     }
     torch.save(ckpt, out / f"{kind}.pt")
-    aucs = ", ".join(f"{n} {v['value']:.3f} {v['ci95']}" for n, v in report["auc"].items())
+
+    def ci(lo, hi) -> str:  # None: no resample held both labels
+        return "[n/a]" if lo is None else f"[{lo:.3f}, {hi:.3f}]"
+
+    aucs = ", ".join(f"{n} {v['value']:.3f} {ci(*v['ci95'])}" for n, v in report["auc"].items())
     print(f"held-out AUC: {aucs} ({report['examples']} examples)", file=sys.stderr)
     return out / f"{kind}.pt"
