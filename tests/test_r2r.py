@@ -246,3 +246,8 @@ def test_r2r_status_counts_labelled_examples_and_steps_that_wait(tmp_path):
     assert len(waits) == 6 and all(s.waits.name == "r2r.pt" for s in waits)
     assert lines[-1].split(";")[0].endswith(f", {len(waits)} wait for a file a step makes")
     assert not lines[-1].startswith(f"{len(experiment.steps(spec))} of")
+    # publishing (the spec's own folders: --out drops it) waits as `run` waits: for the steps
+    # not done, not for those that wait for a file
+    published = experiment.load(ROOT / "experiments" / "r2r.toml", sets=[f"vars.r2r={r2r}"])
+    last = experiment_run.report(published)[-2]
+    assert "] publish " in last and ": waits until every step is done (" in last

@@ -317,9 +317,14 @@ def report(spec: Spec) -> list[str]:
             out.append(f"[{i}/{len(todo)}] {step.label}")
             done, waiting = done + (step.waits is None), waiting + (step.waits is not None)
             continue
-        if isinstance(step, Publish) and waiting and is_done(step):
-            text = f"done with the rows there so far ({waiting} step(s) above wait for a file)"
-        done += is_done(step)
+        finished = is_done(step)
+        if isinstance(step, Publish):  # as `run` decides it: after every step but those waiting
+            pending = i - 1 - done - waiting
+            if pending:
+                finished, text = False, f"waits until every step is done ({pending} not done)"
+            elif waiting and finished:
+                text = f"done with the rows there so far ({waiting} step(s) above wait for a file)"
+        done += finished
         hours, unknown = hours + h, unknown + u
         out.append(f"[{i}/{len(todo)}] {step.label}: {text}")
     left = f"; ~{hours:.1f} h left at measured rates" if hours else ""

@@ -400,12 +400,13 @@ def status(step: Step) -> tuple[str, float, int]:
         out = step.argv[step.argv.index("--out") + 1] if "--out" in step.argv[:-1] else None
         hours = training_hours(folder, out) if folder and folder.is_dir() else 0.0
         spent = f"; {hours:.2f} h so far" if hours else ""
-        if step.progress is not None and step.progress.is_file() and not is_done(step):
+        finished = is_done(step)  # once: with done_stat it loads the checkpoint
+        if step.progress is not None and not finished and step.progress.is_file():
             spent = f"; {_lines(step.progress)} lines in {step.progress.name}" + spent
         if step.done is None:
             return f"runs every time (it resumes itself){spent}", 0.0, 0
         return (
-            ("done" if is_done(step) else f"to do ({step.done.name} not there yet)") + spent,
+            ("done" if finished else f"to do ({step.done.name} not there yet)") + spent,
             0,
             0,
         )
