@@ -529,6 +529,35 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
     assert not made.exists() and not progress.is_done(verdicts)
 
 
+def test_status_puts_paired_steps_after_the_rows_they_pair(tmp_path):
+    """A verdicts step whose pairs are all compared reads done on the rows there so far; while a
+    row of a router it pairs is not finished, `experiment status` puts it after the rows (as
+    `run` takes it), and a step pairing other routers is not held back."""
+    folder = _demo_task_folder(tmp_path / "out" / "gsm8k")
+    summary = json.loads((folder / "reward_threshold1" / "summary.json").read_text())
+    summary["large_token_share"] = 0.2  # within 2 points of random_rate0.25's 0.208
+    (folder / "reward_threshold1" / "summary.json").write_text(json.dumps(summary))
+    head = f'[experiment]\nout = "{tmp_path / "out"}"\n[tasks]\ngsm8k = {{ n = 12 }}\n'
+    compare = (
+        '[[steps]]\nafter_rows = true\nname = "verdicts"\ncompare = ["random"]\n'
+        f'routers = ["reward"]\nto = "{tmp_path / "verdicts"}"\n'
+    )
+    (tmp_path / "spec.toml").write_text(head + compare)
+    (verdicts,) = experiment.steps(experiment.load(tmp_path / "spec.toml"))
+    assert experiment_run.perform(verdicts, experiment_command.execute, None, print) == 0
+    assert progress.is_done(verdicts) and len(list((tmp_path / "verdicts").iterdir())) == 1
+    rows = '[[rows]]\nrouters = ["random"]\nshares = [0.2]\n'  # no such run yet: 0 of 12
+    other = '[[rows]]\nrouters = ["entropy"]\nshares = [0.2]\n'
+    (tmp_path / "rows.toml").write_text(head + rows + compare)
+    (tmp_path / "other.toml").write_text(head + other + compare)
+    lines = experiment_run.report(experiment.load(tmp_path / "rows.toml"))
+    assert lines[-2] == "[2/2] gsm8k: verdicts: after the rows (1 of its runs not done)"
+    assert lines[-1].startswith("0 of 2 steps done")
+    lines = experiment_run.report(experiment.load(tmp_path / "other.toml"))
+    assert lines[-2].startswith("[2/2] gsm8k: verdicts: done, 1 of 1 matched pairs compared")
+    assert lines[-1].startswith("1 of 2 steps done")
+
+
 def test_a_working_copy_with_new_rows_is_read_with_its_published_copy(tmp_path):
     """A committed working copy holding only the rows a later experiment added (the rest left
     the tree for the published edition) is read with the published runs it lacks: the runs a

@@ -47,6 +47,7 @@ from harness.evaluation.progress import (
     compared,
     control_needs,
     is_done,
+    run_states,
     status,
     unfinished,
     verdict_pairs,
@@ -311,6 +312,7 @@ def report(spec: Spec) -> list[str]:
     todo = steps(spec)
     out = [f"experiment {spec.name} ({spec.path}) -> {spec.out}"]
     hours, unknown, done, waiting = 0.0, 0, 0, 0
+    rows_left: dict[Path, list[str]] = {}  # task folder -> the routers of its rows not done
     for i, step in enumerate(todo, 1):
         text, h, u = status(step)
         if isinstance(step, Note):  # a note is no work; one that waits for a file is work to come
@@ -318,6 +320,15 @@ def report(spec: Spec) -> list[str]:
             done, waiting = done + (step.waits is None), waiting + (step.waits is not None)
             continue
         finished = is_done(step)
+        if isinstance(step, Command) and step.runs is not None and not finished:
+            for folder, s in zip(step.runs.folders, run_states(step.runs), strict=True):
+                if s.done < s.target:
+                    rows_left.setdefault(folder.parent, []).append(folder.name.split("__")[0])
+        if left := [
+            r for r in rows_left.get(getattr(step, "folder", None), []) if r in _pairs(step)
+        ]:
+            # judged on the rows there so far it may read done; it runs after them
+            finished, text = False, f"after the rows ({len(left)} of its runs not done)"
         if isinstance(step, Publish):  # as `run` decides it: after every step but those waiting
             pending = i - 1 - done - waiting
             if pending:
@@ -332,6 +343,15 @@ def report(spec: Spec) -> list[str]:
     wait = f", {waiting} wait for a file a step makes" if waiting else ""
     out.append(f"{done} of {len(todo)} steps done{wait}{left}{more}")
     return out
+
+
+def _pairs(step: Step) -> set[str]:
+    """The routers whose rows a controls or verdicts step pairs (none for other steps)."""
+    if isinstance(step, Controls):
+        return set(step.pairs) | {r for rs in step.pairs.values() for r in rs}
+    if isinstance(step, Verdicts):
+        return set(step.routers) | set(step.against)
+    return set()
 
 
 def verdicts(spec: Spec) -> list[str]:
