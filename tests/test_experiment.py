@@ -833,11 +833,11 @@ def test_trained_routers_then_edition2_rehearsal_on_the_tiny_pair(tmp_path, caps
     assert all(v["n_paired"] == 4 and v["diff_ci"] == [0.0, 0.0] for v in verdicts.values())
 
 
-def test_the_learned_router_result_pages_are_what_their_commands_write(monkeypatch):
-    """experiments/learned-router-verdicts.md and -heldout.md regenerate from the committed
-    verdicts and training folders (`hybridbench experiment verdicts ... --md`,
-    `python -m benchmarks.learned_report results/learned --md ...`)."""
-    from benchmarks import learned_report
+def test_the_trained_router_result_pages_are_what_their_commands_write(monkeypatch):
+    """experiments/learned-router-verdicts.md, -heldout.md and r2r-heldout.md regenerate from the
+    committed verdicts and training folders (`hybridbench experiment verdicts ... --md`,
+    `python -m benchmarks.heldout_report results/learned --md ...`, `... results/r2r ...`)."""
+    from benchmarks import heldout_report
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(root)
@@ -845,7 +845,9 @@ def test_the_learned_router_result_pages_are_what_their_commands_write(monkeypat
     verdicts = (root / "experiments" / "learned-router-verdicts.md").read_text()
     assert verdicts == "\n".join(experiment_run.verdicts(spec))
     heldout = (root / "experiments" / "learned-router-heldout.md").read_text()
-    assert heldout == "\n".join(learned_report.report(Path("results/learned"))) + "\n"
+    assert heldout == "\n".join(heldout_report.report(Path("results/learned"))) + "\n"
+    r2r = (root / "experiments" / "r2r-heldout.md").read_text()  # `... results/r2r --md ...`
+    assert r2r == "\n".join(heldout_report.report(Path("results/r2r"))) + "\n"
 
 
 def test_publishing_one_task_keeps_the_router_files_other_tasks_listed(tmp_path):
