@@ -48,6 +48,18 @@ def _inputs(m: dict) -> str:
     return ",".join(m.get("inputs") or INPUTS.get(_router(m), ["?"]))
 
 
+AUC_HEAD = [
+    "| training | target | inputs | examples | tokens | large-needed | router | entropy "
+    "| confidence | router - entropy | router - confidence |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
+]
+LABELS_HEAD = [
+    "| {} | examples | tokens | divergences | rolled out | critical | critical share "
+    "| critical tokens (est.) |",
+    "|---|---|---|---|---|---|---|---|",
+]
+
+
 def report(root: Path) -> list[str]:
     """The markdown lines for every training folder under `root`."""
     folders = _folders(root)
@@ -55,9 +67,7 @@ def report(root: Path) -> list[str]:
     out = [
         "## Held-out AUC (same held-out train examples; 95% example-bootstrap intervals)",
         "",
-        "| training | target | inputs | examples | tokens | large-needed | router | entropy "
-        "| confidence | router - entropy | router - confidence |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *AUC_HEAD,
     ]
     for name, m in metrics.items():
         out.append(_auc_row(name, m, m["target"]))
@@ -105,7 +115,7 @@ def report(root: Path) -> list[str]:
             "The same held-out examples' rolled-out divergences only: label 0 = critical, 1 = "
             "neutral (tokens where small agrees with large are left out).",
             "",
-            *out[2:4],
+            *AUC_HEAD,
         ]
         out += [_auc_row(name, m, "critical") for name, m in on_critical.items()]
     labels = sorted(p.parent for p in root.glob("labels-*/rollouts.jsonl"))
@@ -141,15 +151,34 @@ def _auc_row(name: str, m: dict, target: str) -> str:
 
 
 def rollout_stats(path: Path) -> dict:
-    """What a rollouts.jsonl (`hybridbench r2r-labels`) holds: its examples, the tokens of large's
-    answers, the divergences found along them, those rolled out and those critical."""
+    """What a rollouts.jsonl (`hybridbench r2r-labels`) holds, as the labels' stats.json
+    (harness.training.critical.stats) says it: its examples, the tokens of large's answers, the
+    divergences found along them, those rolled out, those critical, their share of those rolled
+    out and the share of the tokens a critical-only oracle would defer."""
     lines = path.read_text().splitlines()[1:]  # the first is the file's header
     rows = {r["id"]: r for r in map(json.loads, filter(None, lines))}.values()  # last per id
     out = {"examples": len(rows), "tokens": sum(len(r["answer"]) for r in rows)}
     out["divergences"] = sum(r["divergences"] for r in rows)
     out["rolled_out"] = sum(len(r["rolled"]) for r in rows)
     out["critical"] = sum(bool(x[3]) for r in rows for x in r["rolled"])
+    share = out["critical"] / out["rolled_out"] if out["rolled_out"] else float("nan")
+    out["critical_share"] = share
+    out["critical_token_share"] = (
+        out["divergences"] / out["tokens"] * share if out["tokens"] else float("nan")
+    )
     return out
+
+
+def _labels_row(name: str, s: dict, divergence_share: bool) -> str:
+    """A table row of label stats (`rollout_stats`'s or stats.json's keys); the divergences'
+    share of the tokens beside their count where `divergence_share`."""
+    divergences = str(s["divergences"])
+    if divergence_share:
+        divergences += f" ({s['divergences'] / s['tokens']:.3f})"
+    return (
+        f"| {name} | {s['examples']} | {s['tokens']} | {divergences} | {s['rolled_out']} "
+        f"| {s['critical']} | {s['critical_share']:.3f} | {s['critical_token_share']:.4f} |"
+    )
 
 
 def _labels(folders: list[Path], metrics: dict) -> list[str]:
@@ -162,18 +191,12 @@ def _labels(folders: list[Path], metrics: dict) -> list[str]:
         "whose continuation's scored outcome differs from large's own answer's (the verifier is "
         "the task's scorer). Critical tokens (est.): divergences / tokens x the critical share.",
         "",
-        "| task | examples | tokens | divergences | rolled out | critical | critical share "
-        "| critical tokens (est.) |",
-        "|---|---|---|---|---|---|---|---|",
+        LABELS_HEAD[0].format("task"),
+        LABELS_HEAD[1],
     ]
     for folder in folders:
         s = rollout_stats(folder / "rollouts.jsonl")
-        share = s["critical"] / s["rolled_out"] if s["rolled_out"] else float("nan")
-        out.append(
-            f"| {folder.name.removeprefix('labels-')} | {s['examples']} | {s['tokens']} "
-            f"| {s['divergences']} ({s['divergences'] / s['tokens']:.3f}) | {s['rolled_out']} "
-            f"| {s['critical']} | {share:.3f} | {s['divergences'] / s['tokens'] * share:.4f} |"
-        )
+        out.append(_labels_row(folder.name.removeprefix("labels-"), s, divergence_share=True))
     held = {k: m["heldout_labels"] for k, m in metrics.items() if "heldout_labels" in m}
     if held:
         out += [
@@ -181,16 +204,10 @@ def _labels(folders: list[Path], metrics: dict) -> list[str]:
             "What a critical-only oracle would defer on each training's held-out examples (its "
             "labels' file as the network was trained on it):",
             "",
-            "| training | examples | tokens | divergences | rolled out | critical "
-            "| critical share | critical tokens (est.) |",
-            "|---|---|---|---|---|---|---|---|",
+            LABELS_HEAD[0].format("training"),
+            LABELS_HEAD[1],
         ]
-        for name, h in held.items():
-            out.append(
-                f"| {name} | {h['examples']} | {h['tokens']} | {h['divergences']} "
-                f"| {h['rolled_out']} | {h['critical']} | {h['critical_share']:.3f} "
-                f"| {h['critical_token_share']:.4f} |"
-            )
+        out += [_labels_row(name, h, divergence_share=False) for name, h in held.items()]
     return out
 
 

@@ -108,6 +108,7 @@ def test_heldout_report_of_r2r_reads_its_labels_and_its_scores_on_the_critical_l
     )
     assert heldout_report.rollout_stats(tmp_path / "labels-gsm8k" / "rollouts.jsonl") == {
         "examples": 2, "tokens": 10, "divergences": 5, "rolled_out": 3, "critical": 1,
+        "critical_share": 1 / 3, "critical_token_share": 5 / 10 * (1 / 3),
     }  # fmt: skip
     text = "\n".join(heldout_report.report(tmp_path))
     assert (

@@ -325,7 +325,9 @@ def report(spec: Spec) -> list[str]:
                 if s.done < s.target:
                     rows_left.setdefault(folder.parent, []).append(folder.name.split("__")[0])
         if left := [
-            r for r in rows_left.get(getattr(step, "folder", None), []) if r in _pairs(step)
+            r
+            for r in rows_left.get(getattr(step, "folder", None), [])
+            if r in _paired_routers(step)
         ]:
             # judged on the rows there so far it may read done; it runs after them
             finished, text = False, f"after the rows ({len(left)} of its runs not done)"
@@ -345,7 +347,7 @@ def report(spec: Spec) -> list[str]:
     return out
 
 
-def _pairs(step: Step) -> set[str]:
+def _paired_routers(step: Step) -> set[str]:
     """The routers whose rows a controls or verdicts step pairs (none for other steps)."""
     if isinstance(step, Controls):
         return set(step.pairs) | {r for rs in step.pairs.values() for r in rs}
