@@ -865,6 +865,42 @@ def test_publishing_one_task_keeps_the_router_files_other_tasks_listed(tmp_path)
     assert all((dest / "routers" / name).is_file() for name in listing)
 
 
+def test_status_hours_are_this_machines(tmp_path, monkeypatch):
+    """A run's hours left are at this machine's rate: its sessions here where it has some, else
+    its rate elsewhere scaled by large-only's speed here over there (the task's large row and
+    its speed anchor), else the rate measured elsewhere, said so."""
+    monkeypatch.setattr(progress, "machine_id", lambda: "here")
+    task = tmp_path / "gsm8k"
+    row = task / "entropy__target_share=0.2"
+
+    def write(folder, router, sessions, done=0):
+        folder.mkdir(parents=True, exist_ok=True)
+        sessions = [{"machine": {"id": m}, "examples": n, "wall_s": w, "tokens": t}
+                    for m, n, w, t in sessions]  # fmt: skip
+        manifest = {"router": router, "task": "gsm8k", "task_args": {}, "split": "test",
+                    "split_seed": 0, "limit": 20, "sessions": sessions}  # fmt: skip
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        recs = [{"example_id": f"gsm8k/test/{i}", "error": ""} for i in range(done)]
+        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    write(row, "entropy", [("there", 10, 3600.0, 3000)], done=10)  # 10 examples/h there
+    step = Command("run", ("run",), Runs((row,), "gsm8k", (), "test", 20))
+    assert progress.status(step)[0] == (
+        "done 10/20, 10 to go, ~1.0 h at 10 examples/h"
+        " (measured on another machine; large-only not timed on both)"
+    )
+    # large-only decodes half as fast here (its anchor) as there (its row): so would the run
+    write(task / "large__default", "large", [("there", 20, 3600.0, 6000)])
+    write(task / "anchors" / "here", "large", [("here", 10, 3600.0, 3000)])
+    assert progress.status(step)[0] == (
+        "done 10/20, 10 to go, ~2.0 h at 5 examples/h"
+        " (measured on another machine, scaled by large-only's speed here)"
+    )
+    # once the run has a session here, its own rate here: 2 examples in 1800 s
+    write(row, "entropy", [("there", 10, 3600.0, 3000), ("here", 2, 1800.0, 600)], done=12)
+    assert progress.status(step)[0] == "done 12/20, 8 to go, ~2.0 h at 4 examples/h"
+
+
 def test_status_of_a_speed_anchor_reads_as_a_run_step(tmp_path, monkeypatch):
     """A machine that decoded a row and no large-only needs an anchor: its status says what is
     done and what is to go, as a run step's does, and where it goes."""

@@ -308,7 +308,8 @@ def plan(spec: Spec) -> list[str]:
 
 
 def report(spec: Spec) -> list[str]:
-    """Per step: where it stands; then the steps done and the hours left at measured rates."""
+    """Per step: where it stands; then the steps done and the hours left at this machine's rates
+    (`progress.run_state`)."""
     todo = steps(spec)
     out = [f"experiment {spec.name} ({spec.path}) -> {spec.out}"]
     hours, unknown, done, waiting = 0.0, 0, 0, 0
@@ -340,7 +341,11 @@ def report(spec: Spec) -> list[str]:
         done += finished
         hours, unknown = hours + h, unknown + u
         out.append(f"[{i}/{len(todo)}] {step.label}: {text}")
-    left = f"; ~{hours:.1f} h left at measured rates" if hours else ""
+    left = (
+        f"; ~{hours:.1f} h left at this machine's rates (others' where a step says)"
+        if hours
+        else ""
+    )
     more = f" (+ {unknown} runs with no rate yet)" if unknown else ""
     wait = f", {waiting} wait for a file a step makes" if waiting else ""
     out.append(f"{done} of {len(todo)} steps done{wait}{left}{more}")

@@ -2,7 +2,9 @@
 for `hybridbench experiment status`, the examples done of each run's target and the hours left at
 the rate its sessions measured. Reads files only (a task's split size loads its data).
 
-A run's target is its --limit, or its split's size where that is smaller (--limit 1000 = all). A
+A run's target is its --limit, or its split's size where that is smaller (--limit 1000 = all). Its
+rate is this machine's: its sessions here, else its sessions elsewhere scaled by large-only's speed
+here over there (the task's large row and speed anchors), else as measured elsewhere (said so). A
 run not started yet is estimated at the mean rate of its step's started runs, when there is one.
 """
 
@@ -30,8 +32,7 @@ from harness.evaluation.experiment import (
     Verdicts,
 )
 from harness.metrics import verdicts
-from harness.metrics.machines import by_machine, session_machines
-from harness.metrics.quality import throughput
+from harness.metrics.machines import by_machine, rate_on, session_machines
 from reports.load import ANCHORS, load_run_dirs, run_dirs
 from reports.publish import is_published
 from reports.text import COMPARISON_HEADER, MATCH, comparison_cells, nearest_share
@@ -46,7 +47,8 @@ class RunState:
     folder: Path
     done: int  # examples scored (failed ones not counted)
     target: int  # examples it must hold
-    rate: float  # examples per hour its sessions measured (0: none yet)
+    rate: float  # examples per hour on this machine (0: no session timed yet)
+    basis: str = "here"  # how `rate` was found: harness.metrics.machines.rate_on
 
     @property
     def hours_left(self) -> float | None:
@@ -78,16 +80,26 @@ def holding(folder: Path, published: Path | None) -> Path:
 
 def run_state(folder: Path, want: int, published: Path | None = None) -> RunState:
     """`folder`'s examples done of `want` (or its `published` copy's), from its summary when that
-    says it is complete, else from its records; its rate from its manifest's sessions."""
+    says it is complete, else from its records; its rate on this machine from its manifest's
+    sessions and its task's large-only runs (`rate_on`)."""
+    task, task_published = folder.parent, published.parent if published else None
     folder = holding(folder, published)
     run = RunFolder(folder)
     m = run.manifest() if run.exists() else {}
-    rate = throughput(m)["examples_per_hour"] if m else 0.0
-    rate = rate if rate == rate else 0.0  # NaN: no session timed yet
+    rate, basis = rate_on(m, large_runs(task, task_published), machine_id()) if m else (0.0, "")
     s = run.summary()
     if s is not None and int(s.get("n") or 0) - int(s.get("n_failed") or 0) >= want:
-        return RunState(folder, want, want, rate)
-    return RunState(folder, len(run.done()), want, rate)
+        return RunState(folder, want, want, rate, basis)
+    return RunState(folder, len(run.done()), want, rate, basis)
+
+
+def large_runs(task: Path, published: Path | None = None) -> dict[str, dict]:
+    """The manifests of a task folder's large-only runs by folder: its large rows and its speed
+    anchors (the working copy's, and the published copy's that it lacks)."""
+    rows = [d for d in held_runs(task, published) if d.name.split("__")[0] == "large"]
+    anchors = held_runs(task / ANCHORS, published / ANCHORS if published else None)
+    manifests = {str(d): RunFolder(d).manifest() for d in rows + anchors}
+    return {name: m for name, m in manifests.items() if m.get("router") == "large"}
 
 
 def run_states(runs: Runs) -> list[RunState]:
@@ -336,12 +348,20 @@ def _hours(h: float) -> str:
     return f"~{h:.1f} h"
 
 
+ELSEWHERE = {
+    "scaled": "measured on another machine, scaled by large-only's speed here",
+    "elsewhere": "measured on another machine; large-only not timed on both",
+}
+
+
 def _one_run(s: RunState) -> tuple[str, float, int]:
     """('done 40/200, 160 to go, ~1.9 h at 85 examples/h', hours left, 1 when no rate yet)
     for a run not yet done."""
     text = f"done {s.done}/{s.target}, {s.target - s.done} to go"
     if s.rate > 0:
-        return text + f", {_hours(s.hours_left)} at {s.rate:.0f} examples/h", s.hours_left, 0
+        note = f" ({ELSEWHERE[s.basis]})" if s.basis in ELSEWHERE else ""
+        text += f", {_hours(s.hours_left)} at {s.rate:.0f} examples/h{note}"
+        return text, s.hours_left, 0
     return text + " (no rate measured yet)", 0.0, 1
 
 
@@ -368,6 +388,11 @@ def runs_status(runs: Runs) -> tuple[str, float, int]:
     text = f"{len(states) - len(left)} of {len(states)} runs done; {to_go} examples to go"
     if hours:
         text += f", {_hours(hours)}"
+        away = [s.basis for s in left if s.rate > 0 and s.basis in ELSEWHERE]
+        if away:
+            scaled = away.count("scaled")
+            text += f" ({len(away)} of them at rates measured on other machines"
+            text += f", {scaled} scaled by large-only's speed here)" if scaled else ")"
     if unknown:
         text += f" (+ {unknown} run{'s' * (unknown > 1)} with no rate measured yet)"
     return text, hours, unknown

@@ -175,3 +175,39 @@ def large_pool(
 
 def _sums(used: list[tuple[str, Mapping[str, float]]]) -> tuple[float, float]:
     return sum(d["tokens"] for _, d in used), sum(d["wall_s"] for _, d in used)
+
+
+def rate_on(run: Mapping, large: Mapping[str, Mapping], here: str) -> tuple[float, str]:
+    """(examples per hour `run` would decode on the machine whose id is `here`, how it was
+    found) from manifests: `run`'s, and `large`, the task's large-only runs (its row and its
+    speed anchors) by name. How:
+
+    "here"       `run`'s own sessions on that machine
+    "scaled"     its sessions elsewhere, at its speed relative to large-only there (`vs_large`)
+                 times large-only's speed here, over its tokens per example
+    "elsewhere"  its sessions' rate as measured, where large-only has no speed here or there
+    "measured"   the same, for sessions that do not say which machine ran them
+    ""           no session timed (0 examples per hour)
+    """
+    me, it = "\0here", "\0run"  # names no run folder has
+    labels = session_machines({me: {"sessions": [{"machine": {"id": here}}]}, it: run, **large})
+    mine = labels[me][0]
+    per = by_machine(run, labels[it])
+    own = per.get(mine, {})
+    if own.get("wall_s", 0) > 0 and own.get("examples", 0) > 0:
+        return 3600 * own["examples"] / own["wall_s"], "here"
+    by = {name: by_machine(m, labels[name]) for name, m in large.items()} | {it: per}
+    rates = large_rates(by, large)
+    if mine in rates:
+        measured = [d for m, d in per.items() if m in rates]
+        tokens = sum(d["tokens"] for d in measured)
+        examples = sum(d["examples"] for d in measured)
+        ratio = vs_large(by, large)[it]
+        if tokens > 0 and examples > 0 and ratio > 0:
+            return ratio * rates[mine] * 3600 * examples / tokens, "scaled"
+    wall = sum(d["wall_s"] for d in per.values())
+    examples = sum(d["examples"] for d in per.values())
+    if wall <= 0 or examples <= 0:
+        return 0.0, ""
+    known = any(_nodes(s, run) for s in run.get("sessions") or [])
+    return 3600 * examples / wall, "elsewhere" if known else "measured"
