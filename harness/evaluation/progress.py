@@ -1,6 +1,6 @@
 """What an experiment's steps have done, read from their folders: whether each step is done and,
 for `hybridbench experiment status`, the examples done of each run's target and the hours left at
-the rate its sessions measured. Reads files only (a task's split size loads its data).
+this machine's rate. Reads files only (a task's split size loads its data).
 
 A run's target is its --limit, or its split's size where that is smaller (--limit 1000 = all). Its
 rate is this machine's: its sessions here, else its sessions elsewhere scaled by large-only's speed
@@ -48,7 +48,7 @@ class RunState:
     done: int  # examples scored (failed ones not counted)
     target: int  # examples it must hold
     rate: float  # examples per hour on this machine (0: no session timed yet)
-    basis: str = "here"  # how `rate` was found: harness.metrics.machines.rate_on
+    basis: str  # how `rate` was found: harness.metrics.machines.rate_on
 
     @property
     def hours_left(self) -> float | None:
