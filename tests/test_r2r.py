@@ -223,6 +223,16 @@ def test_the_experiment_spec_plans_labels_training_rows_and_verdicts(tmp_path):
     steps = experiment.steps(spec)
     verdicts = [s for s in steps if isinstance(s, Verdicts)]
     assert [s.against for s in verdicts] == [("entropy", "confidence", "learned", "random")] * 2
+    # where no edition row matches an r2r row's share, entropy, confidence and learned are aimed
+    # at it, each with the edition's calibration (learned: its own task's checkpoint, or mbpp's)
+    aimed = [s for s in steps if isinstance(s, experiment.Controls) and s.setting == "target_share"]
+    assert [set(s.pairs) for s in aimed] == [{"entropy", "confidence", "learned"}] * 2
+    for s in aimed:
+        task = s.folder.name
+        learned_argv = " ".join(s.argv["learned"])
+        trained_on = "mbpp" if task == "humaneval" else task
+        assert f"learned:path=results/learned/{trained_on}/learned.pt" in learned_argv
+        assert f"calibration/{task}/learned.json" in learned_argv
     waiting = [s.label for s in steps if isinstance(s, experiment.Note) and "waits" in s.label]
     assert len(waiting) == 2 and all(x.startswith("gsm8k: ") for x in waiting)  # no checkpoint
 
