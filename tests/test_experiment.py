@@ -24,7 +24,7 @@ import pytest
 from harness.cli import experiment as experiment_command
 from harness.cli.main import build_parser, main
 from harness.errors import UserError
-from harness.evaluation import controls, experiment, experiment_run, progress
+from harness.evaluation import controls, experiment, experiment_run, progress, verdict_table
 from harness.evaluation.experiment import (
     Anchor,
     Command,
@@ -498,7 +498,7 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
     v = json.loads(
         (tmp_path / "verdicts" / "reward_threshold1--vs--random_rate0.25.json").read_text()
     )
-    table = progress.verdict_table(verdicts)
+    table = verdict_table.verdict_table(verdicts)
     compared = [line for line in table if "random_rate0.25 |" in line]
     lo, hi = v["diff_ci"]
     assert compared == [
@@ -899,6 +899,55 @@ def test_status_hours_are_this_machines(tmp_path, monkeypatch):
     # once the run has a session here, its own rate here: 2 examples in 1800 s
     write(row, "entropy", [("there", 10, 3600.0, 3000), ("here", 2, 1800.0, 600)], done=12)
     assert progress.status(step)[0] == "done 12/20, 8 to go, ~2.0 h at 4 examples/h"
+
+
+def test_status_prices_runs_not_started_at_the_tasks_rows(tmp_path, monkeypatch):
+    """A run with no session yet, and none in its step, is priced at the rate here of its task's
+    rows of the same router, else of its target-share rows; a control run still to run (named
+    by its setting) is priced the same way, or at its own rate once begun."""
+    monkeypatch.setattr(progress, "machine_id", lambda: "here")
+    task = tmp_path / "gsm8k"
+
+    def write(name, examples, wall_s, done=0):
+        folder = task / name
+        folder.mkdir(parents=True, exist_ok=True)
+        session = {"machine": {"id": "here"}, "examples": examples, "wall_s": wall_s}
+        manifest = {"router": name.split("__")[0], "sessions": [session] if examples else []}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        recs = [{"example_id": f"gsm8k/test/{i}", "error": ""} for i in range(done)]
+        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    write("entropy__target_share=0.2", 10, 3600.0, done=10)  # 10 examples/h here
+    write("confidence__target_share=0.35", 5, 3600.0, done=5)  # 5 examples/h
+    write("random__p=0.2", 20, 3600.0, done=20)  # 20 examples/h
+    rows = "the rate here of the task's other rows"
+    peers = f"not started: {rows}"
+    new = Command(
+        "rows", ("sweep",), Runs((task / "r2r__target_share=0.1",), "gsm8k", (), "test", 15)
+    )
+    # no r2r row: the mean of the target-share rows, 7.5 examples/h
+    assert progress.status(new) == (
+        f"done 0/15, 15 to go, ~2.0 h at 8 examples/h ({peers})",
+        2.0,
+        0,
+    )
+    both = Runs((task / "r2r__target_share=0.1", task / "random__p=0.3"), "gsm8k", (), "test", 15)
+    text, hours, unknown = progress.status(Command("rows", ("sweep",), both))
+    assert (hours, unknown) == (2.0 + 0.75, 0) and text.endswith(f"(2 not started, at {rows})")
+    argv = ("sweep", "--routers", "random", "--task", "gsm8k", "--split", "test", "--limit", "15")
+    step = Controls("controls", task, {"random": ("entropy",)}, {"random": argv}, 3)
+    runs = progress.control_runs(step, "random", 0.175)
+    assert runs.folders == (task / "random__p=0.175",) and progress.target(runs) == 15
+    assert progress.runs_status(runs) == (
+        f"done 0/15, 15 to go, ~0.8 h at 20 examples/h ({peers})",
+        0.75,
+        0,
+    )
+    write("random__p=0.175", 3, 3600.0, done=3)  # begun: its own rate, 3 examples/h
+    assert progress.runs_status(runs) == ("done 3/15, 12 to go, ~4.0 h at 3 examples/h", 4.0, 0)
+    # with no row of any router timed here, no rate: said, not guessed
+    empty = Runs((tmp_path / "mbpp" / "r2r__target_share=0.1",), "mbpp", (), "test", 15)
+    assert progress.runs_status(empty)[1:] == (0.0, 1)
 
 
 def test_status_of_a_speed_anchor_reads_as_a_run_step(tmp_path, monkeypatch):

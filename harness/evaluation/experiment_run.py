@@ -51,8 +51,8 @@ from harness.evaluation.progress import (
     status,
     unfinished,
     verdict_pairs,
-    verdict_table,
 )
+from harness.evaluation.verdict_table import verdict_table
 from reports.publish import restore
 
 # Runs one `hybridbench` command line (without the program name) in this process -> its exit
@@ -363,7 +363,7 @@ def _paired_routers(step: Step) -> set[str]:
 
 def verdicts(spec: Spec) -> list[str]:
     """Markdown: per verdict step (each task), its matched pairs with the paired difference and
-    its 95% interval (`progress.verdict_table`), from the verdicts' JSON files."""
+    its 95% interval (`harness.evaluation.verdict_table`), from the verdicts' JSON files."""
     out = [f"# {spec.name}: paired verdicts", ""]
     for step in steps(spec):
         if isinstance(step, Verdicts):

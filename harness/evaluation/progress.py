@@ -5,7 +5,9 @@ this machine's rate. Reads files only (a task's split size loads its data).
 A run's target is its --limit, or its split's size where that is smaller (--limit 1000 = all). Its
 rate is this machine's: its sessions here, else its sessions elsewhere scaled by large-only's speed
 here over there (the task's large row and speed anchors), else as measured elsewhere (said so). A
-run not started yet is estimated at the mean rate of its step's started runs, when there is one.
+run not started yet is estimated at the mean rate of its step's started runs, else at the rate here
+of its task's rows of its router, else of its target-share rows (`peer_rate`; said so); a control
+run still to run likewise. With none of those, its hours are not guessed: it is counted apart.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from harness.evaluation.experiment import (
     Step,
     Verdicts,
 )
-from harness.metrics import verdicts
+from harness.evaluation.sweep import setting_name
 from harness.metrics.machines import by_machine, rate_on, session_machines
 from reports.load import ANCHORS, load_run_dirs, run_dirs
 from reports.publish import is_published
-from reports.text import COMPARISON_HEADER, MATCH, comparison_cells, nearest_share
+from reports.text import MATCH, nearest_share
 from routers import parse_args
 from tasks import get_task
 
@@ -117,7 +119,7 @@ def held_runs(folder: Path, published: Path | None = None) -> list[Path]:
     return sorted(own + [d for d in theirs if d.name not in names], key=lambda d: d.name)
 
 
-def _frame(folder: Path, published: Path | None):
+def task_runs(folder: Path, published: Path | None):
     """load_runs's rows for `held_runs`; None when the task has no run yet."""
     dirs = held_runs(folder, published)
     return load_run_dirs(dirs) if dirs else None
@@ -145,7 +147,7 @@ def control_needs(step: Controls) -> list[tuple[str, float]] | None:
     """[(control, value of its setting)] for the control runs `step` still needs among its
     task's runs (`held_runs`); None while a router it pairs has no run there (its rows come
     first)."""
-    df = _frame(step.folder, step.published)
+    df = task_runs(step.folder, step.published)
     if df is None or not {r for rs in step.pairs.values() for r in rs} <= set(df.router):
         return None
     if step.setting == "p":
@@ -187,11 +189,11 @@ def verdict_pairs(step: Verdicts) -> list[tuple[str, str, str]] | None:
     """(run, router of `against`, that router's run nearest the run's share, '' when none is
     within MATCH) per run of `step.routers` among its task's runs (`held_runs`); None while
     they have no run there."""
-    return _pairs(step, _frame(step.folder, step.published))
+    return pairs_in(step, task_runs(step.folder, step.published))
 
 
-def _pairs(step: Verdicts, df) -> list[tuple[str, str, str]] | None:
-    """verdict_pairs over the task's runs already loaded (`_frame`'s rows, or None)."""
+def pairs_in(step: Verdicts, df) -> list[tuple[str, str, str]] | None:
+    """verdict_pairs over the task's runs already loaded (`task_runs`'s rows, or None)."""
     rows = df[df.router.isin(step.routers)] if df is not None else []
     if not len(rows):
         return None
@@ -237,63 +239,6 @@ def _scored(folder: Path) -> tuple[int, int] | None:
     if summary is None:
         return None
     return int(summary.get("n", 0)), int(summary.get("n_failed", 0) or 0)
-
-
-def verdict_table(step: Verdicts) -> list[str]:
-    """The step's matched pairs as markdown table lines: each run of `step.routers` (its
-    realized share) against the nearest run of each router of `step.against`, with the paired
-    difference (run minus other), its 95% interval, the test's p and its p Holm-adjusted over
-    the table's family (every pair of the step compared), from the verdicts' JSON files; a pair
-    with no run within MATCH, or not compared yet, says so. [] while the routers have no run."""
-    df = _frame(step.folder, step.published)
-    pairs = _pairs(step, df)
-    if not pairs:
-        return []
-    df = df.set_index("run")
-    found = {
-        (r, o): _comparison(step.verdict(r, o))
-        for r, _, o in pairs
-        if o and step.verdict(r, o).is_file()
-    }
-    found = dict(zip(found, verdicts.family(list(found.values())), strict=True))
-    out = [
-        "| run | share | against | its share | metric | run | against | "
-        + " | ".join(COMPARISON_HEADER)
-        + " |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    blank = " | " * (len(COMPARISON_HEADER) - 1)
-    for run, router, other in pairs:
-        if math.isnan(df.large_token_share[run]):
-            out.append(f"| {run} | — | {router}: once the run has a share | | | | |{blank}|")
-            continue
-        share = f"{df.large_token_share[run]:.3f}"
-        if not other:
-            out.append(f"| {run} | {share} | {router}: no run within {MATCH:.2f} | | | | |{blank}|")
-            continue
-        if (run, other) not in found:
-            out.append(f"| {run} | {share} | {other} | | not compared yet | | |{blank}|")
-            continue
-        v = json.loads(step.verdict(run, other).read_text(encoding="utf-8"))
-        out.append(
-            f"| {run} | {share} | {other} | {df.large_token_share[other]:.3f} | {v['metric']} "
-            f"(n = {v['n_paired']}) | {v['quality_new']:.3f} | {v['quality_old']:.3f} | "
-            + " | ".join(comparison_cells(found[run, other]))
-            + " |"
-        )
-    return out
-
-
-def _comparison(path: Path) -> verdicts.Comparison:
-    """The paired test a verdict's JSON holds (`hybridbench compare --json`); p NaN (no
-    verdict) in a file written before compare recorded its test."""
-    v = json.loads(path.read_text(encoding="utf-8"))
-    diff = v.get("diff", v["quality_new"] - v["quality_old"])
-    p = v.get("p", math.nan)
-    pairs = v.get("discordant") or (None, None)
-    return verdicts.Comparison(
-        v["n_paired"], diff, *v["diff_ci"], v.get("test", ""), p, *pairs, p_adjusted=p
-    )
 
 
 def _anchor_state(step: Anchor, folder: Path) -> RunState:
@@ -348,10 +293,69 @@ def _hours(h: float) -> str:
     return f"~{h:.1f} h"
 
 
+PEERS = "the rate here of the task's other rows"
 ELSEWHERE = {
     "scaled": "measured on another machine, scaled by large-only's speed here",
     "elsewhere": "measured on another machine; large-only not timed on both",
+    "peers": f"not started: {PEERS}",
 }
+
+
+def peer_rate(task: Path, published: Path | None, router: str) -> float:
+    """Examples per hour on this machine for a run of `router` on the task that has no session
+    yet: the mean rate (`rate_on`) of the task's rows of that router, else of its rows set by a
+    target share (entropy, confidence, learned, ...); 0 when none has one. An estimate: a
+    router's rows at other shares, or another router's, decode at about its speed."""
+    large, here = large_runs(task, published), machine_id()
+    rates = {}
+    for d in held_runs(task, published):
+        m = RunFolder(d).manifest()
+        rate = rate_on(m, large, here)[0] if m.get("sessions") else 0.0
+        if rate > 0:
+            rates[d.name] = rate
+    for keep in (lambda name: name.split("__")[0] == router, lambda name: "target_share=" in name):
+        chosen = [r for name, r in rates.items() if keep(name)]
+        if chosen:
+            return sum(chosen) / len(chosen)
+    return 0.0
+
+
+def _or_peers(s: RunState, published: Path | None) -> RunState:
+    """`s`, or, when it has no rate, `s` at its task's peers' rate (`peer_rate`)."""
+    if s.rate > 0 or s.done >= s.target:
+        return s
+    task, router = s.folder.parent, s.folder.name.split("__")[0]
+    rate = peer_rate(task, published if published != task else None, router)
+    return RunState(s.folder, s.done, s.target, rate, "peers") if rate > 0 else s
+
+
+def control_runs(step: Controls, control: str, value: float) -> Runs:
+    """The run folder a control run of `step` (`control` at its setting `value`) fills, and the
+    examples it must hold (its command's --task, --split, --limit)."""
+    argv = step.command(control, value)
+
+    def opt(key: str, default=None):
+        return argv[argv.index(key) + 1] if key in argv[:-1] else default
+
+    limit = opt("--limit")
+    return Runs(
+        (step.folder / f"{control}__{setting_name({step.setting: value})}",),
+        opt("--task"),
+        tuple(argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--task-arg"),
+        opt("--split", "test"),
+        None if limit is None else int(limit),
+        step.published,
+    )
+
+
+def _controls_hours(step: Controls, needs: list[tuple[str, float]]) -> tuple[float, int]:
+    """(hours left for the control runs `needs` asks, how many have no rate), each at its own
+    rate here where it has begun, else at its task's peers' (`peer_rate`)."""
+    hours, unknown = 0.0, 0
+    for control, value in needs:
+        text, left, none = runs_status(control_runs(step, control, value))
+        hours, unknown = hours + left, unknown + none
+    return hours, unknown
 
 
 def _one_run(s: RunState) -> tuple[str, float, int]:
@@ -376,10 +380,13 @@ def runs_status(runs: Runs) -> tuple[str, float, int]:
         n = f"{each.pop()} examples each" if len(each) == 1 else "their examples"
         return f"done ({len(states)} run{'s' * (len(states) > 1)}, {n})", 0.0, 0
     if len(states) == 1:
-        return _one_run(states[0])
-    hours, unknown = 0.0, 0
+        return _one_run(_or_peers(states[0], runs.published))
+    hours, unknown, peers = 0.0, 0, 0
     for s in left:
         rate = s.rate or mean
+        if not rate:
+            rate = _or_peers(s, runs.published).rate
+            peers += rate > 0
         if rate > 0:
             hours += (s.target - s.done) / rate
         else:
@@ -393,6 +400,8 @@ def runs_status(runs: Runs) -> tuple[str, float, int]:
             scaled = away.count("scaled")
             text += f" ({len(away)} of them at rates measured on other machines"
             text += f", {scaled} scaled by large-only's speed here)" if scaled else ")"
+        if peers:
+            text += f" ({peers} not started, at {PEERS})"
     if unknown:
         text += f" (+ {unknown} run{'s' * (unknown > 1)} with no rate measured yet)"
     return text, hours, unknown
@@ -450,7 +459,11 @@ def status(step: Step) -> tuple[str, float, int]:
         if not needs:
             return "done (every router has a control within 2 points of its share)", 0.0, 0
         runs = ", ".join(f"{c} {step.setting}={p}" for c, p in needs)
-        return f"to run: {runs} (then up to {step.rounds - 1} more rounds)", 0.0, len(needs)
+        hours, unknown = _controls_hours(step, needs)
+        at = f", {_hours(hours)}" if hours else ""
+        none = f" (+ {unknown} with no rate yet)" if unknown else ""
+        text = f"to run: {runs}{at}{none} (then up to {step.rounds - 1} more rounds)"
+        return text, hours, unknown
     if isinstance(step, Verdicts):
         pairs = verdict_pairs(step)
         if pairs is None:
