@@ -556,6 +556,20 @@ def test_status_puts_paired_steps_after_the_rows_they_pair(tmp_path):
     lines = experiment_run.report(experiment.load(tmp_path / "other.toml"))
     assert lines[-2].startswith("[2/2] gsm8k: verdicts: done, 1 of 1 matched pairs compared")
     assert lines[-1].startswith("1 of 2 steps done")
+    # a controls step after the rows is not priced on the rows there so far: on them it would
+    # aim a random run at reward's share (0.3, none within 2 points), which the rows may not need
+    summary["large_token_share"] = 0.3
+    (folder / "reward_threshold1" / "summary.json").write_text(json.dumps(summary))
+    aim = '[[steps]]\nafter_rows = true\nname = "aimed"\ncontrols = ["random"]\nrouters = ["reward"]\n'
+    (tmp_path / "aim.toml").write_text(head + aim)
+    (step,) = experiment.steps(experiment.load(tmp_path / "aim.toml"))
+    assert progress.control_needs(step)  # alone, the step needs a run
+    (tmp_path / "both.toml").write_text(head + rows + aim)
+    (tmp_path / "rows-only.toml").write_text(head + rows)
+    lines = experiment_run.report(experiment.load(tmp_path / "both.toml"))
+    assert lines[-2] == "[2/2] gsm8k: aimed: after the rows (1 of its runs not done)"
+    alone = experiment_run.report(experiment.load(tmp_path / "rows-only.toml"))[-1]
+    assert lines[-1] == alone.replace("0 of 1 steps", "0 of 2 steps")  # nothing more priced
 
 
 def test_a_working_copy_with_new_rows_is_read_with_its_published_copy(tmp_path):

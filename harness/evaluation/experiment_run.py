@@ -330,8 +330,10 @@ def report(spec: Spec) -> list[str]:
             for r in rows_left.get(getattr(step, "folder", None), [])
             if r in _paired_routers(step)
         ]:
-            # judged on the rows there so far it may read done; it runs after them
+            # judged on the rows there so far it may read done, or need runs it will not need,
+            # priced: it runs after them, and is priced then
             finished, text = False, f"after the rows ({len(left)} of its runs not done)"
+            h, u = 0.0, 0
         if isinstance(step, Publish):  # as `run` decides it: after every step but those waiting
             pending = i - 1 - done - waiting
             if pending:
@@ -346,7 +348,7 @@ def report(spec: Spec) -> list[str]:
         if hours
         else ""
     )
-    more = f" (+ {unknown} runs with no rate yet)" if unknown else ""
+    more = f" (+ {unknown} run{'s' * (unknown > 1)} with no rate yet)" if unknown else ""
     wait = f", {waiting} wait for a file a step makes" if waiting else ""
     out.append(f"{done} of {len(todo)} steps done{wait}{left}{more}")
     return out
