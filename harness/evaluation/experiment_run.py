@@ -315,25 +315,26 @@ def report(spec: Spec) -> list[str]:
     hours, unknown, done, waiting = 0.0, 0, 0, 0
     rows_left: dict[Path, list[str]] = {}  # task folder -> the routers of its rows not done
     for i, step in enumerate(todo, 1):
-        text, h, u = status(step)
         if isinstance(step, Note):  # a note is no work; one that waits for a file is work to come
             out.append(f"[{i}/{len(todo)}] {step.label}")
             done, waiting = done + (step.waits is None), waiting + (step.waits is not None)
             continue
-        finished = is_done(step)
-        if isinstance(step, Command) and step.runs is not None and not finished:
-            for folder, s in zip(step.runs.folders, run_states(step.runs), strict=True):
-                if s.done < s.target:
-                    rows_left.setdefault(folder.parent, []).append(folder.name.split("__")[0])
         if left := [
             r
             for r in rows_left.get(getattr(step, "folder", None), [])
             if r in _paired_routers(step)
         ]:
-            # judged on the rows there so far it may read done, or need runs it will not need,
-            # priced: it runs after them, and is priced then
+            # judged on the rows there so far it may read done, or ask for runs the finished
+            # rows will not need: it runs after them, and is judged and priced then
             finished, text = False, f"after the rows ({len(left)} of its runs not done)"
             h, u = 0.0, 0
+        else:
+            text, h, u = status(step)
+            finished = is_done(step)
+        if isinstance(step, Command) and step.runs is not None and not finished:
+            for folder, s in zip(step.runs.folders, run_states(step.runs), strict=True):
+                if s.done < s.target:
+                    rows_left.setdefault(folder.parent, []).append(folder.name.split("__")[0])
         if isinstance(step, Publish):  # as `run` decides it: after every step but those waiting
             pending = i - 1 - done - waiting
             if pending:

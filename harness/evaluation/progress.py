@@ -353,7 +353,7 @@ def _controls_hours(step: Controls, needs: list[tuple[str, float]]) -> tuple[flo
     rate here where it has begun, else at its task's peers' (`peer_rate`)."""
     hours, unknown = 0.0, 0
     for control, value in needs:
-        text, left, none = runs_status(control_runs(step, control, value))
+        _, left, none = runs_status(control_runs(step, control, value))
         hours, unknown = hours + left, unknown + none
     return hours, unknown
 
