@@ -949,7 +949,8 @@ def test_status_prices_runs_not_started_at_the_tasks_rows(tmp_path, monkeypatch)
     text, hours, unknown = progress.status(Command("rows", ("sweep",), both))
     assert (hours, unknown) == (2.0 + 0.75, 0) and text.endswith(f"(2 not started, at {rows})")
     argv = ("sweep", "--routers", "random", "--task", "gsm8k", "--split", "test", "--limit", "15")
-    step = Controls("controls", task, {"random": ("entropy",)}, {"random": argv}, 3)
+    examples = Runs((), "gsm8k", (), "test", 15)
+    step = Controls("controls", task, {"random": ("entropy",)}, {"random": argv}, 3, examples)
     runs = progress.control_runs(step, "random", 0.175)
     assert runs.folders == (task / "random__p=0.175",) and progress.target(runs) == 15
     assert progress.runs_status(runs) == (

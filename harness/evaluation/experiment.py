@@ -110,8 +110,12 @@ class Controls:
     pairs: Mapping[str, tuple[str, ...]]  # control -> the routers paired with it
     argv: Mapping[str, tuple[str, ...]]  # control -> its sweep command line, less its setting
     rounds: int
-    published: Path | None = None  # as Runs.published
+    examples: Runs  # the examples each control run must hold (its folders are the runs')
     setting: str = "p"  # the router argument a control run is aimed by
+
+    @property
+    def published(self) -> Path | None:  # as Runs.published
+        return self.examples.published
 
     def command(self, control: str, value: float) -> tuple[str, ...]:
         return (*self.argv[control], "--router-arg", f"{control}:{self.setting}={value}")
@@ -219,6 +223,11 @@ def published(spec: Spec, task: Task) -> Path | None:
     return Path(spec.publish_to) / task.name if spec.publish_to else None
 
 
+def task_examples(spec: Spec, task: Task, folders: tuple[Path, ...] = ()) -> Runs:
+    """`folders`, each to hold the task's examples of the spec (its split, its n)."""
+    return Runs(folders, task.name, task.task_args, task.split, task.n, published(spec, task))
+
+
 def _task_steps(spec: Spec, task: Task) -> list[Step]:
     folder, v, pub = spec.out / task.name, task.vars, published(spec, task)
     models = options(fill(spec.models, v))
@@ -289,7 +298,7 @@ def _task_steps(spec: Spec, task: Task) -> list[Step]:
                 {c: tuple(rs) for c, rs in pairs.items()},
                 argv,
                 spec.control_rounds,
-                pub,
+                task_examples(spec, task),
             )
         )
     return out
@@ -360,14 +369,7 @@ def _sweep(spec, task: Task, row: Row, routers: list[str], fixed: dict, models: 
         names += [f"{router}__{setting_name(s)}" for s in ([pinned] if pinned else settings)]
     argv += [*_task_opts(task, task.n), *models]
     argv += [*(_reuse(folder) if row.reuse_answers else ()), "--out", str(folder)]
-    runs = Runs(
-        tuple(folder / n for n in dict.fromkeys(names)),
-        task.name,
-        task.task_args,
-        task.split,
-        task.n,
-        published(spec, task),
-    )
+    runs = task_examples(spec, task, tuple(folder / n for n in dict.fromkeys(names)))
     shares = f" at {', '.join(str(s) for s in row.shares)}" if row.shares else ""
     return Command(f"{task.name}: rows {', '.join(routers)}{shares}", tuple(argv), runs)
 
@@ -432,9 +434,9 @@ def _paired_step(spec: Spec, table: Mapping, v: Mapping, label: str, task: Task)
             str(folder),
         )
     rounds = int(table.get("rounds", spec.control_rounds))
-    return Controls(
-        label, folder, {c: routers for c in argv}, argv, rounds, pub, table.get("setting", "p")
-    )
+    setting = table.get("setting", "p")
+    examples = task_examples(spec, task)
+    return Controls(label, folder, {c: routers for c in argv}, argv, rounds, examples, setting)
 
 
 def _generic_step(spec: Spec, table: Mapping, v: Mapping, i: int, task: Task | None) -> Step:

@@ -12,6 +12,7 @@ run still to run likewise. With none of those, its hours are not guessed: it is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -331,21 +332,9 @@ def _or_peers(s: RunState, published: Path | None) -> RunState:
 
 def control_runs(step: Controls, control: str, value: float) -> Runs:
     """The run folder a control run of `step` (`control` at its setting `value`) fills, and the
-    examples it must hold (its command's --task, --split, --limit)."""
-    argv = step.command(control, value)
-
-    def opt(key: str, default=None):
-        return argv[argv.index(key) + 1] if key in argv[:-1] else default
-
-    limit = opt("--limit")
-    return Runs(
-        (step.folder / f"{control}__{setting_name({step.setting: value})}",),
-        opt("--task"),
-        tuple(argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--task-arg"),
-        opt("--split", "test"),
-        None if limit is None else int(limit),
-        step.published,
-    )
+    examples it must hold."""
+    folder = step.folder / f"{control}__{setting_name({step.setting: value})}"
+    return dataclasses.replace(step.examples, folders=(folder,))
 
 
 def _controls_hours(step: Controls, needs: list[tuple[str, float]]) -> tuple[float, int]:
