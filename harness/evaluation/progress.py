@@ -12,10 +12,9 @@ run still to run likewise. With none of those, its hours are not guessed: it is 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -334,7 +333,7 @@ def control_runs(step: Controls, control: str, value: float) -> Runs:
     """The run folder a control run of `step` (`control` at its setting `value`) fills, and the
     examples it must hold."""
     folder = step.folder / f"{control}__{setting_name({step.setting: value})}"
-    return dataclasses.replace(step.examples, folders=(folder,))
+    return replace(step.examples, folders=(folder,))
 
 
 def _controls_hours(step: Controls, needs: list[tuple[str, float]]) -> tuple[float, int]:
