@@ -195,7 +195,7 @@ def test_bad_checkpoints_are_one_user_error(trained, tmp_path):
 def test_the_experiment_spec_plans_labels_training_rows_and_verdicts(tmp_path):
     """experiments/r2r.toml: labels and training on gsm8k and mbpp with their caps, rows at three
     shares once a checkpoint exists (humaneval runs mbpp's), verdicts against entropy,
-    confidence, learned and random, both ablations after the rows."""
+    confidence, learned and random, both ablations before the rows (they read no row)."""
     from harness.evaluation import experiment
     from harness.evaluation.experiment import Verdicts
     from tests.test_experiment import ROOT, commands, parses
@@ -216,6 +216,8 @@ def test_the_experiment_spec_plans_labels_training_rows_and_verdicts(tmp_path):
     assert sum("--target oracle" in x and f"--features {r2r}/" in x for x in trainings) == 2
     learned = [x for x in lines if x.startswith("train-learned ")]
     assert len(learned) == 2 and all("--target citer" in x for x in learned)
+    first_row = min(i for i, x in enumerate(lines) if x.startswith("sweep "))
+    assert all(lines.index(x) < first_row for x in [*trainings, *learned])  # they read no row
     calibrations = [x for x in lines if x.startswith("calibrate --router r2r ")]
     assert [x.split("--task ")[1].split()[0] for x in calibrations] == ["mbpp", "humaneval"]
     sweeps = [x for x in lines if x.startswith("sweep ")]
