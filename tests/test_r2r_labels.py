@@ -98,7 +98,7 @@ def test_a_continuation_that_changes_the_outcome_is_critical_one_that_does_not_n
     assert critical.stats(other)["critical"] == 0
 
 
-def test_caps_are_seeded_and_labels_resume_from_the_records(engine, tmp_path, monkeypatch):
+def test_caps_are_seeded_and_labels_resume_from_the_records(engine, tmp_path, monkeypatch, capsys):
     task = Scripted()
     train = task.load()
     picked = critical.pick_examples(train, 4, seed=3)
@@ -115,7 +115,10 @@ def test_caps_are_seeded_and_labels_resume_from_the_records(engine, tmp_path, mo
     (tmp_path / critical.LABELS).unlink()
     hidden_path(tmp_path / critical.LABELS).unlink()
     monkeypatch.setattr(critical, "label_group", lambda *a, **k: pytest.fail("decoded again"))
+    capsys.readouterr()
     again = critical.build_critical(engine, task, picked, cfg, tmp_path, group=1)
+    made = "critical labels (made again from rollouts): 100%|"
+    assert made in capsys.readouterr().err  # the teacher-forced pass shows its progress
     for c in ("label", "label_source", "small_token", "context_token", "hidden"):
         assert torch.equal(again[c], data[c]), c
     assert TokenLabels.load(tmp_path / critical.LABELS).meta["done"] == [e.id for e in picked]

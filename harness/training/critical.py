@@ -253,12 +253,15 @@ def build_critical(engine, task, examples, cfg: CriticalConfig, out, *, split_se
     old = TokenLabels.load(out / LABELS) if (out / LABELS).exists() else None
     if old is not None and not (old.has_hidden and old.meta.get("config") == asdict(cfg)):
         old = None  # made again from the records
-    kept = set(old.meta["done"]) if old is not None else set()
+    kept = set(old.meta["done"]) & set(old.example_ids) if old is not None else set()
+    remake = [ex.id for ex in examples if ex.id in records and ex.id not in kept]
+    # labelled examples with no label file to keep (a fresh machine): small's teacher-forced pass
+    again = _bar(len(remake), "critical labels (made again from rollouts)", bool(remake))
     for i, ex in enumerate(examples):
         rec = records.get(ex.id)
         if rec is None:
             continue
-        if ex.id in kept and ex.id in old.example_ids:
+        if ex.id in kept:
             rows = old.rows_of(old.example_ids.index(ex.id))
             cols = {c: old[c][rows] for c in COLUMNS}
             cols["example"] = torch.full_like(cols["example"], i)
@@ -268,7 +271,11 @@ def build_critical(engine, task, examples, cfg: CriticalConfig, out, *, split_se
             cols = label_columns(cols, rec["answer"], rec, i)
         else:
             cols = None
+        if again is not None and ex.id not in kept:
+            again.update(1)
         _add(columns, meta, i, ex.id, cols, rec["n_prompt"])
+    if again is not None:
+        again.close()
     todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in records]
     group = group or max(8, 4 * engine.batch)
     bar = _bar(len(examples), "critical labels", True, len(examples) - len(todo))
