@@ -191,6 +191,8 @@ def test_compare_flags_a_slowdown_only_on_one_machine(tmp_path, capsys):
     assert main(["compare", str(old), str(other), "--json", str(tmp_path / "v.json")]) == 0
     out = capsys.readouterr().out
     assert "note: different machines, speeds are not comparable (no speed flag)" in out
+    # each run's examples by the machine that decoded them (an id where one was recorded)
+    assert "(no speed flag): old on machine A (8 examples); new on ab0be9c69195 (8 examples)" in out
     assert "slowdown 2x" in out and "no regression flagged" in out
     assert json.loads((tmp_path / "v.json").read_text())["same_machine"] is False
 

@@ -158,14 +158,32 @@ def report(old: Run, new: Run, v: Verdict) -> str:
         f"failed examples: {v.failed_old} -> {v.failed_new}",
     ]
     if not v.same_machine:
-        m_old, m_new = old.manifest.get("machine") or {}, new.manifest.get("machine") or {}
         note = "note: different machines, speeds are not comparable (no speed flag)"
-        lines.append(f"{note}: {m_old} vs {m_new}")
+        lines.append(f"{note}: {_machines(old, new)}")
     b_old, b_new = (metrics.throughput(r.manifest)["batch"] for r in (old, new))
     if b_old != b_new:
         lines.append(f"note: batch {b_old:g} vs {b_new:g}: throughputs are not comparable")
     lines += [f"REGRESSION {f}" for f in v.flags] or ["no regression flagged"]
     return "\n".join(lines)
+
+
+def _machines(old: Run, new: Run) -> str:
+    """Where each run's timed examples were decoded: machine ids (a machine with none recorded
+    by its label) with their examples; without sessions, the two manifests' machines."""
+    from harness.metrics.machines import by_machine, session_machines
+
+    if not (old.manifest.get("sessions") and new.manifest.get("sessions")):
+        return f"{old.manifest.get('machine') or {}} vs {new.manifest.get('machine') or {}}"
+    labels = session_machines({"old": old.manifest, "new": new.manifest})
+    out = []
+    for key, run in (("old", old), ("new", new)):
+        names: dict[str, str] = {}
+        for s, lab in zip(run.manifest["sessions"], labels[key], strict=True):
+            names.setdefault(lab, (s.get("machine") or {}).get("id") or f"machine {lab}")
+        used = by_machine(run.manifest, labels[key])
+        where = ", ".join(f"{names[m]} ({d['examples']:.0f} examples)" for m, d in used.items())
+        out.append(f"{key} on {where or 'no timed session'}")
+    return "; ".join(out)
 
 
 def _test_line(v: Verdict) -> str:
