@@ -127,12 +127,9 @@ def machines_differ(old: Run, new: Run) -> bool:
     unless all of both runs' throughput sessions ran on one machine (`harness.metrics.machines`);
     else when their manifests describe the machine differently (older manifests hold fewer
     fields: only the ones both have count)."""
-    from harness.metrics.machines import by_machine, session_machines
-
     if old.manifest.get("sessions") and new.manifest.get("sessions"):
-        labels = session_machines({"old": old.manifest, "new": new.manifest})
-        used = [set(by_machine(r.manifest, labels[k])) for k, r in (("old", old), ("new", new))]
-        return not (len(used[0]) == 1 and used[0] == used[1])
+        used = _by_machine(old, new)
+        return not (len(used["old"]) == 1 and used["old"].keys() == used["new"].keys())
     m_old, m_new = old.manifest.get("machine") or {}, new.manifest.get("machine") or {}
     return any(m_old[k] != m_new[k] for k in set(m_old) & set(m_new))
 
@@ -167,21 +164,36 @@ def report(old: Run, new: Run, v: Verdict) -> str:
     return "\n".join(lines)
 
 
-def _machines(old: Run, new: Run) -> str:
-    """Where each run's timed examples were decoded: machine ids (a machine with none recorded
-    by its label) with their examples; without sessions, the two manifests' machines."""
+def _by_machine(old: Run, new: Run) -> dict[str, dict[str, dict[str, float]]]:
+    """Per run ("old", "new"), both with sessions: its throughput sessions summed per machine
+    (`machines.by_machine`), a machine named by an id recorded by any session of either run that
+    it ran, else by its label."""
     from harness.metrics.machines import by_machine, session_machines
 
+    labels = session_machines({"old": old.manifest, "new": new.manifest})
+    runs = {"old": old, "new": new}
+    ids: dict[str, str] = {}
+    for key, run in runs.items():
+        for s, lab in zip(run.manifest["sessions"], labels[key], strict=True):
+            if machine_id := (s.get("machine") or {}).get("id"):
+                ids.setdefault(lab, machine_id)
+    return {
+        key: {
+            ids.get(lab, f"machine {lab}"): sums
+            for lab, sums in by_machine(run.manifest, labels[key]).items()
+        }
+        for key, run in runs.items()
+    }
+
+
+def _machines(old: Run, new: Run) -> str:
+    """Where each run's timed examples were decoded, with their counts; without sessions, the
+    two manifests' machines."""
     if not (old.manifest.get("sessions") and new.manifest.get("sessions")):
         return f"{old.manifest.get('machine') or {}} vs {new.manifest.get('machine') or {}}"
-    labels = session_machines({"old": old.manifest, "new": new.manifest})
     out = []
-    for key, run in (("old", old), ("new", new)):
-        names: dict[str, str] = {}
-        for s, lab in zip(run.manifest["sessions"], labels[key], strict=True):
-            names.setdefault(lab, (s.get("machine") or {}).get("id") or f"machine {lab}")
-        used = by_machine(run.manifest, labels[key])
-        where = ", ".join(f"{names[m]} ({d['examples']:.0f} examples)" for m, d in used.items())
+    for key, used in _by_machine(old, new).items():
+        where = ", ".join(f"{m} ({d['examples']:.0f} examples)" for m, d in used.items())
         out.append(f"{key} on {where or 'no timed session'}")
     return "; ".join(out)
 

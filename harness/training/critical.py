@@ -254,9 +254,9 @@ def build_critical(engine, task, examples, cfg: CriticalConfig, out, *, split_se
     if old is not None and not (old.has_hidden and old.meta.get("config") == asdict(cfg)):
         old = None  # made again from the records
     kept = set(old.meta["done"]) & set(old.example_ids) if old is not None else set()
-    remake = [ex.id for ex in examples if ex.id in records and ex.id not in kept]
     # labelled examples with no label file to keep (a fresh machine): small's teacher-forced pass
-    again = _bar(len(remake), "critical labels (made again from rollouts)", bool(remake))
+    remake = sum(ex.id in records and ex.id not in kept for ex in examples)
+    again = _bar(remake, "critical labels (made again from rollouts)", remake > 0)
     for i, ex in enumerate(examples):
         rec = records.get(ex.id)
         if rec is None:
