@@ -722,6 +722,42 @@ def test_run_skips_what_is_done_holds_the_lock_and_goes_on_after_a_failure(tmp_p
     assert experiment_run.report(spec)[-1] == "2 of 3 steps done"
 
 
+def test_run_takes_a_speed_anchor_that_a_later_step_made_needed(tmp_path, monkeypatch):
+    """On a machine that has decoded nothing of the task, the anchor step finds no anchor needed;
+    a step after it decodes a row here, and the same run then takes this machine's anchor, once,
+    before it ends (not on the next invocation)."""
+    monkeypatch.setattr(progress, "machine_id", lambda: "m1")
+    out = tmp_path / "out"
+    spec_file = tmp_path / "spec.toml"
+    spec_file.write_text(
+        f'[experiment]\nout = "{out}"\n[tasks]\ngsm8k = {{ n = 2 }}\n[anchors]\nn = 2\n'
+        '[[steps]]\nname = "a row"\ncommand = "controls"\nafter_rows = true\n'
+        'positional = ["{out}/gsm8k/entropy__x"]\ndone = "gsm8k/entropy__x/summary.json"\n'
+    )  # fmt: skip
+    spec = experiment.load(spec_file)
+    assert [type(s).__name__ for s in experiment.steps(spec)] == ["Anchor", "Command"]
+    ran = []
+
+    def stand_in(argv):
+        ran.append(argv[0])
+        folder = Path(argv[argv.index("--out") + 1] if "--out" in argv else argv[1])
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text(json.dumps({"sessions": [{"machine": {"id": "m1"}}]}))
+        recs = [{"example_id": f"gsm8k/test/{i}", "error": ""} for i in range(2)]
+        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        (folder / "summary.json").write_text(json.dumps({"n": 2, "n_failed": 0}))
+        return 0
+
+    said = []
+    assert experiment_run.run(spec, stand_in, None, said.append) == 0, said
+    assert ran == ["controls", "run"], said  # the row, then the anchor it made needed
+    assert (out / "gsm8k" / "anchors" / "m1" / "records.jsonl").is_file()
+    first, again = [line for line in said if "[1/2]" in line]
+    assert first.endswith(": done") and again.startswith("== "), said  # not needed, then taken
+    ran.clear()
+    assert experiment_run.run(spec, stand_in, None, said.append) == 0 and ran == []
+
+
 def test_run_stops_cleanly_on_sigterm_and_resumes(tmp_path, monkeypatch, capsys):
     """SIGTERM in a step stops the experiment as Ctrl-C does (status 130, where it stopped);
     the same command runs the rest."""
