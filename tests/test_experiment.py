@@ -949,6 +949,14 @@ def test_status_hours_are_this_machines(tmp_path, monkeypatch):
     # once the run has a session here, its own rate here: 2 examples in 1800 s
     write(row, "entropy", [("there", 10, 3600.0, 3000), ("here", 2, 1800.0, 600)], done=12)
     assert progress.status(step)[0] == "done 12/20, 8 to go, ~2.0 h at 4 examples/h"
+    # a run that reused answers: its clock, not the modeled hours (the answers' decoding added)
+    oracle = task / "oracle__default"
+    write(oracle, "oracle", [("here", 10, 3600.0, 3000)], done=10)
+    manifest = json.loads((oracle / "manifest.json").read_text())
+    manifest["sessions"][0]["measured_wall_s"] = 360.0
+    (oracle / "manifest.json").write_text(json.dumps(manifest))
+    step = Command("run", ("run",), Runs((oracle,), "gsm8k", (), "test", 20))
+    assert progress.status(step)[0] == "done 10/20, 10 to go, ~0.1 h at 100 examples/h"
 
 
 def test_status_prices_runs_not_started_at_the_tasks_rows(tmp_path, monkeypatch):

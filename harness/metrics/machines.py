@@ -177,6 +177,10 @@ def _sums(used: list[tuple[str, Mapping[str, float]]]) -> tuple[float, float]:
     return sum(d["tokens"] for _, d in used), sum(d["wall_s"] for _, d in used)
 
 
+def _clocked(session: Mapping) -> dict:
+    return {**session, "wall_s": session.get("measured_wall_s", session.get("wall_s"))}
+
+
 def rate_on(run: Mapping, large: Mapping[str, Mapping], here: str) -> tuple[float, str]:
     """(examples per hour `run` would decode on the machine whose id is `here`, how it was
     found) from manifests: `run`'s, and `large`, the task's large-only runs (its row and its
@@ -188,7 +192,12 @@ def rate_on(run: Mapping, large: Mapping[str, Mapping], here: str) -> tuple[floa
     "elsewhere"  its sessions' rate as measured, where large-only has no speed here or there
     "measured"   the same, for sessions that do not say which machine ran them
     ""           no session timed (0 examples per hour)
+
+    The hours are the machine's: a session that reused answers decoded by other runs (`run
+    --reuse-answers`) counts its clock (`measured_wall_s`), not the modeled one its throughput
+    reports (the reused answers' decoding time added).
     """
+    run = {**run, "sessions": [_clocked(s) for s in run.get("sessions") or []]}
     me, it = "\0here", "\0run"  # names no run folder has
     labels = session_machines({me: {"sessions": [{"machine": {"id": here}}]}, it: run, **large})
     mine = labels[me][0]
