@@ -232,6 +232,37 @@ def test_sigterm_closes_the_session_as_ctrl_c_does(pair, tmp_path):
     assert session["examples"] in (n_before - 1, n_before) and session["wall_s"] > 0
 
 
+def test_sigterm_inside_a_c_callback_still_stops_the_command():
+    """A SIGTERM that lands while C code calls back into Python (llama.cpp logs through a ctypes
+    callback while a model loads) raises inside the callback, where ctypes reports and ignores
+    it; the command still stops, at the next Python code outside the callback."""
+    import ctypes
+    import ctypes.util
+
+    from harness.cli.main import Terminated, terminable
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    compare = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    landed = []
+
+    @compare
+    def callback(a, b):  # stands for llama.cpp's log callback
+        if not landed:
+            landed.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))  # the handler runs here, inside the callback
+        return 0
+
+    values = (ctypes.c_int * 8)(*range(8))
+    after, handler, hook = [], signal.getsignal(signal.SIGTERM), sys.unraisablehook
+    with pytest.raises(Terminated), terminable():
+        libc.qsort(values, 8, ctypes.sizeof(ctypes.c_int), callback)
+        time.sleep(5)  # the command's next work: the signal stops it
+        after.append("went on")
+    assert landed and after == []  # stopped, not carried on
+    assert signal.getsignal(signal.SIGTERM) is handler and sys.unraisablehook is hook  # restored
+
+
 def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
     """The demo runs small, large and routers at a matched share on one loaded pair, and prints
     one table: each router's quality, share and the gap it recovered, no placeholder."""

@@ -12,7 +12,9 @@ maps names to modules and is resolved when the command line is parsed. User mist
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -90,8 +92,42 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is, so that it closes runs the same way (files, timers, costs)."""
+
+
 def _terminated(signum, frame):
-    raise KeyboardInterrupt  # so that SIGTERM closes runs as Ctrl-C does (files, timers, costs)
+    raise Terminated
+
+
+def _unraisable(hook):
+    """A sys.unraisablehook that sends SIGTERM again when its exception was swallowed: a signal
+    that lands while a C library calls back into Python (llama.cpp's log callback while a model
+    loads) raises inside the callback, which ctypes reports and ignores. Sent again a moment
+    later, from another thread (raised here, it would be swallowed again), it lands in the Python
+    code that runs after the callback."""
+
+    def hook_(unraisable):
+        if isinstance(unraisable.exc_value, Terminated):
+            again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM))
+            again.daemon = True
+            again.start()
+        else:
+            hook(unraisable)
+
+    return hook_
+
+
+@contextlib.contextmanager
+def terminable():
+    """SIGTERM stops the command as Ctrl-C does, wherever it lands (see `_unraisable`)."""
+    previous, hook = signal.signal(signal.SIGTERM, _terminated), sys.unraisablehook
+    sys.unraisablehook = _unraisable(hook)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,11 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     if threading.current_thread() is not threading.main_thread():
         return _main(args, argv)
-    previous = signal.signal(signal.SIGTERM, _terminated)
-    try:
+    with terminable():
         return _main(args, argv)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _main(args, argv: list[str]) -> int:
