@@ -20,7 +20,7 @@ import pandas as pd
 
 from harness.core.run_folder import RunFolder, is_run
 from harness.errors import UserError
-from harness.metrics.quality import summarize
+from harness.metrics.quality import clock_s, summarize
 
 # Router arguments that are a router's main knob, in the order they are looked for.
 KNOBS = ("threshold", "rate", "p", "draft_len", "k", "tau", "quantile")
@@ -151,9 +151,6 @@ def session_totals(manifest: dict) -> dict:
     sessions = manifest.get("sessions") or []
     models = manifest.get("models") or {}
 
-    def wall(s: dict) -> float:
-        return float(s.get("measured_wall_s", s.get("wall_s")) or 0.0)
-
     def cpus(s: dict) -> float:  # nan where the machine's CPU count was not recorded
         return float((s.get("machine") or manifest.get("machine") or {}).get("cpus") or "nan")
 
@@ -166,9 +163,9 @@ def session_totals(manifest: dict) -> dict:
         "session_examples": sum(int(s.get("examples") or 0) for s in sessions),
         "session_tokens": sum(int(s.get("tokens") or 0) for s in sessions),
         # the clock: a run reusing answers also keeps a modeled wall_s (its throughput's)
-        "session_wall_s": sum(wall(s) for s in sessions),
+        "session_wall_s": sum(map(clock_s, sessions)),
         "session_cpu_s": sum(float(s["cpu_s"]) for s in sessions if "cpu_s" in s),
-        "session_cpu_bound_s": sum(wall(s) * cpus(s) for s in unrecorded),
+        "session_cpu_bound_s": sum(clock_s(s) * cpus(s) for s in unrecorded),
         "session_cpu_unrecorded": len(unrecorded),
         "backend_small": (models.get("small") or {}).get("backend", ""),
         "backend_large": (models.get("large") or {}).get("backend", ""),

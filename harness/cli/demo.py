@@ -27,6 +27,7 @@ from pathlib import Path
 from harness.cli import options
 from harness.cli import run as run_command
 from harness.core.run_folder import RunFolder
+from harness.metrics.quality import clock_s
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "reports" / "published"
@@ -123,7 +124,7 @@ def run(args) -> int:
         run = RunFolder(root / name)
         manifest, summary = run.manifest(), run.summary() or {}
         sessions = manifest.get("sessions") or []
-        wall = sum(float(x.get("measured_wall_s", x.get("wall_s")) or 0) for x in sessions)
+        wall = sum(map(clock_s, sessions))
         rows.append({**summary, "router_args": manifest.get("router_args") or {}, "wall_s": wall})
     print(demo_table(rows, published_gaps(args.task, args.share)))
     print(*skipped, sep="\n") if skipped else None

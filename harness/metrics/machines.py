@@ -19,7 +19,7 @@ import math
 import string
 from collections.abc import Iterable, Mapping
 
-from harness.metrics.quality import rate_sessions
+from harness.metrics.quality import clock_s, rate_sessions
 
 Sums = Mapping[str, Mapping[str, Mapping[str, float]]]  # run -> machine -> `by_machine`'s sums
 
@@ -177,10 +177,6 @@ def _sums(used: list[tuple[str, Mapping[str, float]]]) -> tuple[float, float]:
     return sum(d["tokens"] for _, d in used), sum(d["wall_s"] for _, d in used)
 
 
-def _clocked(session: Mapping) -> dict:
-    return {**session, "wall_s": session.get("measured_wall_s", session.get("wall_s"))}
-
-
 def rate_on(run: Mapping, large: Mapping[str, Mapping], here: str) -> tuple[float, str]:
     """(examples per hour `run` would decode on the machine whose id is `here`, how it was
     found) from manifests: `run`'s, and `large`, the task's large-only runs (its row and its
@@ -197,7 +193,7 @@ def rate_on(run: Mapping, large: Mapping[str, Mapping], here: str) -> tuple[floa
     --reuse-answers`) counts its clock (`measured_wall_s`), not the modeled one its throughput
     reports (the reused answers' decoding time added).
     """
-    run = {**run, "sessions": [_clocked(s) for s in run.get("sessions") or []]}
+    run = {**run, "sessions": [{**s, "wall_s": clock_s(s)} for s in run.get("sessions") or []]}
     me, it = "\0here", "\0run"  # names no run folder has
     labels = session_machines({me: {"sessions": [{"machine": {"id": here}}]}, it: run, **large})
     mine = labels[me][0]

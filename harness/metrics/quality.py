@@ -315,6 +315,12 @@ def latency(records: Sequence[dict]) -> dict[str, float]:
     }
 
 
+def clock_s(session: Mapping) -> float:
+    """A session's seconds on the clock: `measured_wall_s` where it reused answers (its `wall_s`
+    is then modeled, the reused answers' decoding added), else `wall_s`; 0 when unrecorded."""
+    return float(session.get("measured_wall_s", session.get("wall_s")) or 0.0)
+
+
 def rate_sessions(manifest: Mapping) -> list[dict]:
     """The sessions a run's throughput is measured over (`throughput`): those with wall seconds
     at the largest batch size any of them used that decoded examples (all of them with wall
