@@ -87,6 +87,19 @@ def test_a_drop_inside_the_noise_is_not_flagged(tmp_path):
     assert compare(RunFolder(old).read(), RunFolder(one_lost).read()).flags == ()  # CI reaches 0
 
 
+def test_a_longer_run_is_paired_on_the_examples_both_scored(tmp_path, capsys):
+    """Old scored 30 examples, new its first 20: each run's quality is its own, the paired values
+    (and the difference) are on the 20 both scored, printed when they differ."""
+    old = write_run(tmp_path / "old", GOOD + [0.0] * 10)  # 0.533 over 30, 0.8 on the first 20
+    new = write_run(tmp_path / "new", [0.0] * 2 + GOOD[2:])  # 0.7
+    assert main(["compare", str(old), str(new), "--json", str(tmp_path / "v.json")]) == 0
+    v = json.loads((tmp_path / "v.json").read_text())
+    assert v["quality_old"] == pytest.approx(16 / 30) and v["n_paired"] == 20
+    assert (v["paired_old"], v["paired_new"]) == pytest.approx((0.8, 0.7))
+    assert v["diff"] == pytest.approx(v["paired_new"] - v["paired_old"])
+    assert "on those 20: 0.8 -> 0.7" in capsys.readouterr().out
+
+
 def test_unpaired_runs_use_old_interval(tmp_path):
     old = RunFolder(write_run(tmp_path / "old", GOOD)).read()
     new = RunFolder(write_run(tmp_path / "new", [0.0] * 20)).read()

@@ -503,10 +503,12 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
     lo, hi = v["diff_ci"]
     assert compared == [
         f"| reward_threshold1 | 0.200 | random_rate0.25 | 0.208 | {v['metric']} (n = 12) | "
-        f"{v['quality_new']:.3f} | {v['quality_old']:.3f} | "
+        f"{v['paired_new']:.3f} | {v['paired_old']:.3f} | "
         f"{v['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {v['p']:.3f} | {v['p']:.3f} | "
         f"{v['verdict']} |"
-    ]  # one pair compared: a family of one, its Holm-adjusted p its own
+    ]  # one pair compared: a family of one, its Holm-adjusted p its own; both runs' quality
+    # on the examples both scored (here all 12 of each)
+    assert (v["paired_new"], v["paired_old"]) == (v["quality_new"], v["quality_old"])
     assert v["test"] == "exact McNemar" and sum(v["discordant"]) > 0
     assert sum("no run within 0.02" in line for line in table) == 5
     out = tmp_path / "verdicts.md"
@@ -884,9 +886,10 @@ def test_trained_routers_then_edition2_rehearsal_on_the_tiny_pair(tmp_path, caps
 
 
 def test_the_trained_router_result_pages_are_what_their_commands_write(monkeypatch):
-    """experiments/learned-router-verdicts.md, -heldout.md and r2r-heldout.md regenerate from the
-    committed verdicts and training folders (`hybridbench experiment verdicts ... --md`,
-    `python -m benchmarks.heldout_report results/learned --md ...`, `... results/r2r ...`)."""
+    """experiments/learned-router-verdicts.md, -heldout.md, r2r-verdicts.md and r2r-heldout.md
+    regenerate from the committed verdicts and training folders (`hybridbench experiment
+    verdicts ... --md`, `python -m benchmarks.heldout_report results/learned --md ...`,
+    `... results/r2r ...`)."""
     from benchmarks import heldout_report
 
     root = Path(__file__).resolve().parents[1]
@@ -896,6 +899,10 @@ def test_the_trained_router_result_pages_are_what_their_commands_write(monkeypat
     assert verdicts == "\n".join(experiment_run.verdicts(spec))
     heldout = (root / "experiments" / "learned-router-heldout.md").read_text()
     assert heldout == "\n".join(heldout_report.report(Path("results/learned"))) + "\n"
+    r2r_verdicts = (root / "experiments" / "r2r-verdicts.md").read_text()
+    assert r2r_verdicts == "\n".join(
+        experiment_run.verdicts(experiment.load("experiments/r2r.toml"))
+    )
     r2r = (root / "experiments" / "r2r-heldout.md").read_text()  # `... results/r2r --md ...`
     assert r2r == "\n".join(heldout_report.report(Path("results/r2r"))) + "\n"
 

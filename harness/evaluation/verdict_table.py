@@ -17,8 +17,9 @@ from reports.text import COMPARISON_HEADER, MATCH, comparison_cells
 
 def verdict_table(step: Verdicts) -> list[str]:
     """The step's matched pairs as markdown table lines: each run of `step.routers` (its
-    realized share) against the nearest run of each router of `step.against`, with the paired
-    difference (run minus other), its 95% interval, the test's p and its p Holm-adjusted over
+    realized share) against the nearest run of each router of `step.against`, with both runs'
+    quality on the examples both scored (a file written before compare recorded it: each run's
+    own), the paired difference (run minus other), its 95% interval, the test's p and its p Holm-adjusted over
     the table's family (every pair of the step compared), from the verdicts' JSON files; a pair
     with no run within MATCH, or not compared yet, says so. [] while the routers have no run."""
     df = task_runs(step.folder, step.published)
@@ -53,7 +54,8 @@ def verdict_table(step: Verdicts) -> list[str]:
         v = json.loads(step.verdict(run, other).read_text(encoding="utf-8"))
         out.append(
             f"| {run} | {share} | {other} | {df.large_token_share[other]:.3f} | {v['metric']} "
-            f"(n = {v['n_paired']}) | {v['quality_new']:.3f} | {v['quality_old']:.3f} | "
+            f"(n = {v['n_paired']}) | {v.get('paired_new', v['quality_new']):.3f} | "
+            f"{v.get('paired_old', v['quality_old']):.3f} | "
             + " | ".join(comparison_cells(found[run, other]))
             + " |"
         )

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from harness.core.run_folder import Run
 from harness.errors import UserError
 from harness.metrics import quality as metrics
-from harness.metrics.verdicts import N_BOOT, SEED, compare_records
+from harness.metrics.verdicts import N_BOOT, SEED, compare_records, example_scores
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ class Verdict:
     quality_old: float
     quality_new: float
     quality_old_ci: tuple[float, float]  # 95% bootstrap CI of old's quality
+    paired_old: float  # old's quality on the paired examples (NaN: none); differs from
+    paired_new: float  # quality_old (_new) when a run scored examples the other did not
     diff_ci: tuple[float, float]  # 95% bootstrap CI of mean(new - old) on paired examples
     diff: float  # mean(new - old) on the paired examples (NaN: none)
     test: str  # the paired test (harness.metrics.verdicts: exact McNemar or bootstrap)
@@ -76,6 +78,7 @@ def compare(
     old_ci = metrics.quality_ci(old.records, metric, n_boot=n_boot)
     paired = compare_records(new.records, old.records, metric, n_boot=n_boot, seed=SEED)
     n_pairs, diff_ci = paired.n, (paired.ci_low, paired.ci_high)
+    paired_old, paired_new = paired_means(old, new, metric)
     tps_old, tps_new = speeds(old, new)
     slowdown = tps_old / tps_new if tps_new > 0 else math.nan
 
@@ -104,6 +107,8 @@ def compare(
         quality_old=q_old,
         quality_new=q_new,
         quality_old_ci=old_ci,
+        paired_old=paired_old,
+        paired_new=paired_new,
         diff_ci=diff_ci,
         diff=paired.diff,
         test=paired.test,
@@ -120,6 +125,15 @@ def compare(
         failed_new=new.n_failed,
         flags=tuple(flags),
     )
+
+
+def paired_means(old: Run, new: Run, metric: str) -> tuple[float, float]:
+    """(old, new) mean of the primary `metric` on the examples both scored; NaN when none."""
+    a, b = example_scores(old.records, metric), example_scores(new.records, metric)
+    shared = a.keys() & b.keys()
+    if not shared:
+        return math.nan, math.nan
+    return tuple(sum(s[i] for i in shared) / len(shared) for s in (a, b))
 
 
 def machines_differ(old: Run, new: Run) -> bool:
@@ -150,6 +164,11 @@ def report(old: Run, new: Run, v: Verdict) -> str:
         f"n={len(old.records)}) -> {v.quality_new:.4g} (n={len(new.records)}); "
         f"paired change {v.diff:+.4g}, 95% CI {v.diff_ci[0]:.4g}..{v.diff_ci[1]:.4g} "
         f"({v.n_boot} resamples, seed {v.seed}) on {v.n_paired} examples",
+        *(
+            [f"on those {v.n_paired}: {v.paired_old:.4g} -> {v.paired_new:.4g}"]
+            if v.n_paired and v.n_paired < max(len(old.records), len(new.records))
+            else []
+        ),
         _test_line(v),
         f"tok/s: {v.tok_per_s_old:.4g} -> {v.tok_per_s_new:.4g} (slowdown {v.slowdown:.3g}x)",
         f"failed examples: {v.failed_old} -> {v.failed_new}",
