@@ -19,8 +19,6 @@ import json
 import os
 from pathlib import Path
 
-import torch
-
 from harness.errors import UserError
 
 REWARD_FORMAT = "hybridbench-reward/1"  # tag of reward-model checkpoints (`train-reward`)
@@ -94,6 +92,8 @@ def check_model_folder(path: str | Path) -> Path:
 def load_torch_file(path: str | Path, what: str, made_by: str) -> object:
     """`torch.load` of a user-named file (tensors and plain containers only, no pickled code);
     a missing, unreadable or foreign file is one UserError naming `what` and `made_by`."""
+    import torch  # here, not at the top: the commands that only read files start without it
+
     path = user_file(path, what, made_by)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)

@@ -404,3 +404,16 @@ def test_help_lists_every_command_and_where_to_start(capsys):
     }
     assert set(COMMANDS) <= listed
     assert "hybridbench demo" in out and "docs/routers.md" in out
+
+
+@pytest.mark.parametrize("argv", [["experiment", "--help"], ["compare", "--help"]])
+def test_a_command_that_decodes_nothing_starts_without_torch(argv):
+    """Parsing `experiment` (status, plan, verdicts) or `compare` imports no torch (seconds)."""
+    code = (
+        "import sys\nfrom harness.cli.main import main\ntry:\n    main(sys.argv[1:])\n"
+        "except SystemExit:\n    pass\nprint('torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv], env=ENV, capture_output=True, text=True
+    )
+    assert out.stdout.strip().endswith("False"), out.stderr

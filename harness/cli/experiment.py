@@ -28,7 +28,6 @@ from harness.cli import options
 from harness.cli.main import COMMANDS, TRAINING
 from harness.errors import UserError
 from harness.evaluation import experiment, experiment_run
-from harness.training.common import cost_log
 
 
 def configure(p) -> None:
@@ -141,6 +140,8 @@ def execute(argv: tuple[str, ...]) -> int:
         args = parser.parse_args(list(argv[1:]))
         args.command = name
         if name in TRAINING:
+            from harness.training.common import cost_log  # torch: only a training step needs it
+
             out = Path(args.out)  # a folder, or the calibration file written into one
             with cost_log(out if out.suffix != ".json" else out.parent, list(argv)):
                 return module.run(args) or 0

@@ -7,9 +7,15 @@ import argparse
 import dataclasses
 import os
 
-from harness.backends.engine import decode_config  # noqa: F401  (commands take it from here)
-
 BACKENDS = ("auto", "hf", "llama.cpp")  # harness.backends.NAMES, without importing torch
+
+
+def decode_config(args: argparse.Namespace, **extra):
+    """`harness.backends.engine.decode_config`, imported when called: a command that decodes
+    nothing (`experiment status`, `--help`) starts without importing torch."""
+    from harness.backends.engine import decode_config as make
+
+    return make(args, **extra)
 
 
 def names(text: str) -> tuple[str, ...]:

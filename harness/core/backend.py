@@ -21,12 +21,13 @@ outputs: the scheduler runs a CPU model's calls while that device works.
 
 from __future__ import annotations
 
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from harness.core.records import ModelInfo
 from harness.errors import UserError
+
+if TYPE_CHECKING:  # only the protocol's annotations name it: importing this module loads no torch
+    import torch
 
 
 class Backend(Protocol):
