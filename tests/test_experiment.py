@@ -1063,3 +1063,27 @@ def test_controls_of_rows_on_more_examples_cover_their_examples():
     # a 255-row's control stopped at 230 of 255 is resumed; a 200-example control is finished
     df.loc[df.setting_value == 0.171, "n"] = 230
     assert controls.needed(df)[0] == ("random", 0.171)
+
+
+def test_a_status_report_reads_each_task_folder_once(tmp_path, monkeypatch):
+    """`experiment status` asks for a task's rows at each of its steps; inside one report they
+    are read once (outside it, every call reads the folders again)."""
+    folder = _demo_task_folder(tmp_path / "out" / "gsm8k")
+    spec_file = tmp_path / "spec.toml"
+    spec_file.write_text(
+        f'[experiment]\nout = "{tmp_path / "out"}"\n[tasks]\ngsm8k = {{ n = 12 }}\n'
+        '[routers]\nreward = { checkpoint = "reward.pt" }\n'
+        '[[steps]]\nafter_rows = true\nname = "reward at speculative\'s share"\n'
+        'controls = ["reward"]\nrouters = ["speculative"]\nsetting = "target_share"\nrounds = 2\n'
+        '[[steps]]\nafter_rows = true\nname = "verdicts"\ncompare = ["random", "speculative"]\n'
+        f'routers = ["reward"]\nto = "{tmp_path / "verdicts"}"\n'
+    )  # fmt: skip
+    reads = []
+    real = progress.load_run_dirs
+    monkeypatch.setattr(progress, "load_run_dirs", lambda dirs: reads.append(dirs) or real(dirs))
+    spec = experiment.load(spec_file)
+    lines = experiment_run.report(spec)
+    assert len(reads) == 1 and len(reads[0]) == len(list(folder.iterdir()))
+    assert len(lines) == 4  # the heading, two steps, the total
+    progress.task_runs(folder, None), progress.task_runs(folder, None)
+    assert len(reads) == 3

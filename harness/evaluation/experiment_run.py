@@ -49,6 +49,7 @@ from harness.evaluation.progress import (
     compared,
     control_needs,
     is_done,
+    one_reading,
     run_states,
     status,
     unfinished,
@@ -322,7 +323,12 @@ def plan(spec: Spec) -> list[str]:
 
 def report(spec: Spec) -> list[str]:
     """Per step: where it stands; then the steps done and the hours left at this machine's rates
-    (`progress.run_state`)."""
+    (`progress.run_state`). Each task's run folders are read once."""
+    with one_reading():
+        return _report(spec)
+
+
+def _report(spec: Spec) -> list[str]:
     todo = steps(spec)
     out = [f"experiment {spec.name} ({spec.path}) -> {spec.out}"]
     hours, unknown, done, waiting = 0.0, 0, 0, 0

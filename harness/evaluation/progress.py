@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -120,9 +121,32 @@ def held_runs(folder: Path, published: Path | None = None) -> list[Path]:
 
 
 def task_runs(folder: Path, published: Path | None):
-    """load_runs's rows for `held_runs`; None when the task has no run yet."""
+    """load_runs's rows for `held_runs`; None when the task has no run yet. Inside `one_reading`
+    a task's rows are read once."""
     dirs = held_runs(folder, published)
-    return load_run_dirs(dirs) if dirs else None
+    if not dirs:
+        return None
+    if _READ is None:
+        return load_run_dirs(dirs)
+    key = (folder, tuple(dirs))
+    if key not in _READ:
+        _READ[key] = load_run_dirs(dirs)
+    return _READ[key].copy()
+
+
+_READ: dict[tuple, object] | None = None  # inside one_reading: {(task folder, runs): rows}
+
+
+@contextmanager
+def one_reading():
+    """Read each task's run folders once while inside (a status report asks for a task's rows
+    at each of its steps; nothing it reads changes meanwhile but the run in progress)."""
+    global _READ
+    _READ = {}
+    try:
+        yield
+    finally:
+        _READ = None
 
 
 def anchor_folder(folder: Path, n: int, published: Path | None = None) -> Path | None:
