@@ -281,9 +281,12 @@ def test_demo_prints_one_row_per_router(pair, tmp_path, capsys, monkeypatch):
         "16",
         "--out",
         str(tmp_path / "demo"),
+        "--large-device",
+        "cpu",
         *models(pair),
     ]
     assert main(argv) == 0
+    assert loads[0][0].large_device == "cpu"  # the model options reach the runs
     out = capsys.readouterr().out
     table = out.split("| router |")[-1]
     rows = [ln for ln in table.splitlines() if ln.startswith("| ")]

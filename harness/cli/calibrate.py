@@ -15,8 +15,8 @@ def configure(p, router: str | None = None) -> None:
         p.add_argument(
             "--router",
             required=True,
-            help="a score router: entropy, confidence, reward, citer, or a plugin's name or "
-            "import path (see `hybridbench routers`)",
+            help="a score router: entropy, confidence, reward, citer, learned, r2r, or a "
+            "plugin's name or import path (see `hybridbench routers`)",
         )
     p.add_argument(
         "--router-arg",
@@ -29,7 +29,8 @@ def configure(p, router: str | None = None) -> None:
         "--checkpoint",
         required=router == "reward",
         help="the router's trained scorer: reward.pt from train-reward (reward), citer.pt from "
-        "train-citer (citer)",
+        "train-citer (citer), learned.pt from train-learned (learned), r2r.pt from train-r2r "
+        "(r2r)",
     )
     p.add_argument("--task", required=True, help="task name (see `hybridbench tasks`)")
     p.add_argument("--task-arg", action="append", default=[], metavar="K=V", help="task argument")

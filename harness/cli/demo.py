@@ -65,7 +65,7 @@ def configure(p) -> None:
         help="generations decoded together (default: all --limit at once)",
     )
     p.add_argument("--out", default="runs/demo", help="results folder, one run per router")
-    options.add_model_args(p)
+    options.add_model_args(p, n_ctx=DEMO_N_CTX)
 
 
 def router_args(name: str, task: str, share: float) -> list[str] | str:
@@ -99,6 +99,7 @@ def run(args) -> int:
     if not {"small", "large"} <= set(names):
         raise UserError("the demo needs small and large: the gap is measured between them")
     models = ["--dtype", args.dtype, "--threads", str(args.threads)]
+    models += ["--small-device", args.small_device, "--large-device", args.large_device]
     for flag in ("small", "large", "backend", "small_backend", "large_backend"):
         if getattr(args, flag) is not None:
             models += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]

@@ -43,8 +43,9 @@ def add_batch_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """The options every command that loads the pair shares."""
+def add_model_args(p: argparse.ArgumentParser, n_ctx: int = 4096) -> None:
+    """The options every command that loads the pair shares (`n_ctx`: the context length a
+    command uses when --n-ctx is not given, as its help says)."""
     g = p.add_argument_group("models")
     g.add_argument(
         "--small", default=None, help="small model: packaged name, folder, .gguf or hub id"
@@ -76,7 +77,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
             help=f"backend of {role} only (default: --backend)",
         )
     g.add_argument(
-        "--n-ctx", type=int, default=None, help="llama.cpp context length (default 4096 tokens)"
+        "--n-ctx",
+        type=int,
+        default=None,
+        help=f"llama.cpp context length (default {n_ctx} tokens)",
     )
 
 
