@@ -420,3 +420,62 @@ def test_a_command_that_decodes_nothing_starts_without_torch(argv):
         [sys.executable, "-c", code, *argv], env=ENV, capture_output=True, text=True
     )
     assert out.stdout.strip().endswith("False"), out.stderr
+
+
+@pytest.fixture
+def drained():
+    """`harness.evaluation.drain`, cleared before and after the test (a drain is per process)."""
+    from harness.evaluation import drain
+
+    drain.clear()
+    yield drain
+    drain.clear()
+
+
+def test_a_drained_run_records_the_examples_in_flight_then_stops(pair, tmp_path, monkeypatch,
+                                                                 drained, capsys):  # fmt: skip
+    """A drain asked when the first example is recorded (3 decoding together) takes no new
+    example, records the 2 still in flight and stops as an interrupt does: no summary, and the
+    same command decodes the other 5."""
+    from harness.evaluation import runner
+
+    progress = runner._progress  # called as each example is recorded
+    monkeypatch.setattr(runner, "_progress", lambda *a: drained.ask() or progress(*a))
+    out = tmp_path / "run"
+    argv = [*run_args(pair, out, limit=8), "--batch", "3"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "drained" in err and "stopped, 3 of 8 examples done, 5 to decode" in err
+    assert len((out / "records.jsonl").read_text().splitlines()) == 3
+    assert not (out / "summary.json").exists()
+    monkeypatch.setattr(runner, "_progress", progress)
+    drained.clear()
+    assert main(argv) == 0
+    assert json.loads((out / "summary.json").read_text())["n"] == 8
+
+
+def test_sigusr1_asks_a_drain(drained):
+    from harness.cli.main import terminable
+
+    with terminable():
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.1)  # the handler runs at the next Python instruction
+        assert drained.asked()
+
+
+def test_a_drained_experiment_begins_no_step(tmp_path, drained):
+    """A drain asked while an experiment's step ran outside a run: the next step does not begin."""
+    from harness.evaluation import experiment, experiment_run
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[experiment]\nout = "{tmp_path / "out"}"\n[tasks]\ngsm8k = {{ n = 2 }}\n'
+        '[[steps]]\nname = "first"\ncommand = "routers"\n'
+        '[[steps]]\nname = "second"\ncommand = "tasks"\n'
+    )
+    ran, said = [], []
+    execute = lambda argv: ran.append(argv[0]) or drained.ask() or 0  # noqa: E731
+    with pytest.raises(drained.Drained):
+        experiment_run.run(experiment.load(spec), execute, None, said.append)
+    assert ran == ["routers"]
+    assert any("stopped before [2/2] second (drained)" in line for line in said)

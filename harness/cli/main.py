@@ -118,15 +118,29 @@ def _unraisable(hook):
     return hook_
 
 
+def _drain(signum, frame):
+    from harness.evaluation import drain
+
+    if not drain.asked():
+        print("draining: no new example; stopping once those in flight are recorded "
+              "(SIGTERM stops at once)", file=sys.stderr, flush=True)  # fmt: skip
+    drain.ask()
+
+
 @contextlib.contextmanager
 def terminable():
-    """SIGTERM stops the command as Ctrl-C does, wherever it lands (see `_unraisable`)."""
+    """SIGTERM stops the command as Ctrl-C does, wherever it lands (see `_unraisable`); SIGUSR1
+    drains it: no new example, the ones in flight finished (`harness.evaluation.drain`)."""
     previous, hook = signal.signal(signal.SIGTERM, _terminated), sys.unraisablehook
+    usr1 = getattr(signal, "SIGUSR1", None)  # not on Windows
+    before = signal.signal(usr1, _drain) if usr1 else None
     sys.unraisablehook = _unraisable(hook)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if usr1:
+            signal.signal(usr1, before)
         sys.unraisablehook = hook
 
 
@@ -157,8 +171,8 @@ def _main(args, argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print("drained" if type(e).__name__ == "Drained" else "interrupted", file=sys.stderr)
         return 130
 
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from harness.evaluation import drain
 from harness.evaluation.experiment import (
     Anchor,
     Command,
@@ -87,11 +88,13 @@ def command_line(argv) -> str:
 
 
 def _call(argv, execute: Execute, lock: str | None, say, heavy: bool = True) -> int:
+    if drain.asked():  # a step of several commands: none begins after a drain
+        raise drain.Drained
     say(f"   {command_line(argv)}")
     with held(lock if heavy else None, say):
         rc = execute(tuple(argv))
     if rc == INTERRUPTED:
-        raise KeyboardInterrupt
+        raise drain.Drained if drain.asked() else KeyboardInterrupt
     return rc
 
 
@@ -231,6 +234,9 @@ def run(spec: Spec, execute: Execute, lock: str | None = None, say=print) -> int
             say(f"{head}: waits until every step is done ({len(pending)} not done)")
             pending.append(step)
             continue
+        if drain.asked():  # asked while the step before ran outside a run (or between runs)
+            say(f"stopped before {head} (drained); the same command resumes it")
+            raise drain.Drained
         if not restored:
             restored = _restore(spec, say)
         say(f"== {time.strftime('%H:%M:%S')} {head}")

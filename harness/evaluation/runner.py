@@ -20,6 +20,7 @@ a batched call, and llama.cpp's multi-row kernels round differently; README "Bat
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
@@ -32,6 +33,7 @@ from harness.backends.engine import backend_kinds, decode_config, engine_from_ar
 from harness.core.records import ExampleRecord
 from harness.core.run_folder import RunFolder
 from harness.errors import UserError
+from harness.evaluation import drain
 from harness.evaluation.spec import RunSpec, Summary
 
 
@@ -70,7 +72,8 @@ def decode_examples(
         ids = engine.encode(ex.messages)
         return Job(ex, ids, cfg, answers=reused_answers(reuse, ex.id, ids) if reuse else None)
 
-    jobs = (make_job(ex) for ex in examples)
+    # a drain (harness.evaluation.drain) takes no new example: those in flight finish
+    jobs = (make_job(ex) for ex in itertools.takewhile(lambda _: not drain.asked(), examples))
     if reuse and reuse["mode"] == "oracle":
         from harness.evaluation.replay import oracle_generations
 
@@ -435,6 +438,8 @@ def _run(
                 reuse,
                 on_progress=lambda: folder.write_manifest(manifest),
             )
+            if drain.asked() and any(ex.id not in done for ex in examples):
+                raise drain.Drained  # the examples in flight are recorded: stop as Ctrl-C does
         except KeyboardInterrupt:
             # count what is on disk: the interrupt may fall between a record and its bookkeeping
             on_disk = folder.done()
