@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 from harness.errors import ServiceError, UserError
+from harness.evaluation import drain
 
 # name -> (module of harness.cli with `configure(parser)` and `run(args)`, one-line help).
 # Only the module of the command being run is imported, so `hybridbench --help` starts fast.
@@ -119,11 +120,9 @@ def _unraisable(hook):
 
 
 def _drain(signum, frame):
-    from harness.evaluation import drain
-
-    if not drain.asked():
-        print("draining: no new example; stopping once those in flight are recorded "
-              "(SIGTERM stops at once)", file=sys.stderr, flush=True)  # fmt: skip
+    if not drain.asked():  # os.write: a handler may land while the command prints
+        os.write(2, b"draining: no new example; stopping once those in flight are recorded "
+                    b"(SIGTERM stops at once)\n")  # fmt: skip
     drain.ask()
 
 
@@ -172,7 +171,7 @@ def _main(args, argv: list[str]) -> int:
         )
         return 2
     except KeyboardInterrupt as e:
-        print("drained" if type(e).__name__ == "Drained" else "interrupted", file=sys.stderr)
+        print("drained" if isinstance(e, drain.Drained) else "interrupted", file=sys.stderr)
         return 130
 
 
