@@ -457,11 +457,9 @@ def _demo_task_folder(folder: Path) -> Path:
     return folder
 
 
-def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
-    """A `controls = [...]` step runs other routers aimed by a setting at the shares of the rows
-    they do not match, with their [routers] arguments; a `compare = [...]` step writes a paired
-    verdict per matched pair (compare's status 1, the run flagged, is a verdict), then is done."""
-    folder = _demo_task_folder(tmp_path / "out" / "gsm8k")
+def _aim_and_compare_spec(tmp_path: Path) -> Path:
+    """A spec over the demo task folder in tmp_path/out: reward aimed at speculative's share,
+    then reward's verdicts against random and speculative."""
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(
         f'[experiment]\nout = "{tmp_path / "out"}"\n[tasks]\ngsm8k = {{ n = 12 }}\n'
@@ -471,6 +469,15 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
         '[[steps]]\nafter_rows = true\nname = "verdicts"\ncompare = ["random", "speculative"]\n'
         f'routers = ["reward"]\nto = "{tmp_path / "verdicts"}"\n'
     )  # fmt: skip
+    return spec_file
+
+
+def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
+    """A `controls = [...]` step runs other routers aimed by a setting at the shares of the rows
+    they do not match, with their [routers] arguments; a `compare = [...]` step writes a paired
+    verdict per matched pair (compare's status 1, the run flagged, is a verdict), then is done."""
+    folder = _demo_task_folder(tmp_path / "out" / "gsm8k")
+    spec_file = _aim_and_compare_spec(tmp_path)
     aimed, verdicts = experiment.steps(experiment.load(spec_file))
     ran = []
     assert experiment_run.perform(aimed, lambda argv: ran.append(argv) or 0, None, print) == 0
@@ -1069,15 +1076,7 @@ def test_a_status_report_reads_each_task_folder_once(tmp_path, monkeypatch):
     """`experiment status` asks for a task's rows at each of its steps; inside one report they
     are read once (outside it, every call reads the folders again)."""
     folder = _demo_task_folder(tmp_path / "out" / "gsm8k")
-    spec_file = tmp_path / "spec.toml"
-    spec_file.write_text(
-        f'[experiment]\nout = "{tmp_path / "out"}"\n[tasks]\ngsm8k = {{ n = 12 }}\n'
-        '[routers]\nreward = { checkpoint = "reward.pt" }\n'
-        '[[steps]]\nafter_rows = true\nname = "reward at speculative\'s share"\n'
-        'controls = ["reward"]\nrouters = ["speculative"]\nsetting = "target_share"\nrounds = 2\n'
-        '[[steps]]\nafter_rows = true\nname = "verdicts"\ncompare = ["random", "speculative"]\n'
-        f'routers = ["reward"]\nto = "{tmp_path / "verdicts"}"\n'
-    )  # fmt: skip
+    spec_file = _aim_and_compare_spec(tmp_path)
     reads = []
     real = progress.load_run_dirs
     monkeypatch.setattr(progress, "load_run_dirs", lambda dirs: reads.append(dirs) or real(dirs))
