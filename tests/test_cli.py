@@ -432,8 +432,9 @@ def drained():
     drain.clear()
 
 
-def test_a_drained_run_records_the_examples_in_flight_then_stops(pair, tmp_path, monkeypatch,
-                                                                 drained, capsys):  # fmt: skip
+def test_a_drained_run_records_the_examples_in_flight_then_stops(
+    pair, tmp_path, monkeypatch, drained, capsys
+):
     """A drain asked when the first example is recorded (3 decoding together) takes no new
     example, records the 2 still in flight and stops as an interrupt does: no summary, and the
     same command decodes the other 5."""

@@ -119,10 +119,15 @@ def _unraisable(hook):
     return hook_
 
 
+DRAINING = (  # what SIGUSR1 answers on standard error
+    b"draining: no new example; stopping once those in flight are recorded "
+    b"(SIGTERM stops at once)\n"
+)
+
+
 def _drain(signum, frame):
     if not drain.asked():  # os.write: a handler may land while the command prints
-        os.write(2, b"draining: no new example; stopping once those in flight are recorded "
-                    b"(SIGTERM stops at once)\n")  # fmt: skip
+        os.write(2, DRAINING)
     drain.ask()
 
 

@@ -19,9 +19,10 @@ def verdict_table(step: Verdicts) -> list[str]:
     """The step's matched pairs as markdown table lines: each run of `step.routers` (its
     realized share) against the nearest run of each router of `step.against`, with both runs'
     quality on the examples both scored (a file written before compare recorded it: each run's
-    own), the paired difference (run minus other), its 95% interval, the test's p and its p Holm-adjusted over
-    the table's family (every pair of the step compared), from the verdicts' JSON files; a pair
-    with no run within MATCH, or not compared yet, says so. [] while the routers have no run."""
+    own), the paired difference (run minus other), its 95% interval, the test's p and its p
+    Holm-adjusted over the table's family (every pair of the step compared), from the verdicts'
+    JSON files; a pair with no run within MATCH, or not compared yet, says so. [] while the
+    routers have no run."""
     df = task_runs(step.folder, step.published)
     pairs = pairs_in(step, df)
     if not pairs:

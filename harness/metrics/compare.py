@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from harness.core.run_folder import Run
 from harness.errors import UserError
 from harness.metrics import quality as metrics
-from harness.metrics.verdicts import N_BOOT, SEED, compare_records, example_scores
+from harness.metrics.verdicts import N_BOOT, SEED, compare_scores, example_scores
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,13 @@ def compare(
             )
     q_old, q_new = metrics.quality(old.records, metric), metrics.quality(new.records, metric)
     old_ci = metrics.quality_ci(old.records, metric, n_boot=n_boot)
-    paired = compare_records(new.records, old.records, metric, n_boot=n_boot, seed=SEED)
+    scores_old, scores_new = (
+        example_scores(old.records, metric),
+        example_scores(new.records, metric),
+    )
+    paired = compare_scores(scores_new, scores_old, n_boot=n_boot, seed=SEED)
     n_pairs, diff_ci = paired.n, (paired.ci_low, paired.ci_high)
-    paired_old, paired_new = paired_means(old, new, metric)
+    paired_old, paired_new = paired_means(scores_old, scores_new)
     tps_old, tps_new = speeds(old, new)
     slowdown = tps_old / tps_new if tps_new > 0 else math.nan
 
@@ -127,9 +131,8 @@ def compare(
     )
 
 
-def paired_means(old: Run, new: Run, metric: str) -> tuple[float, float]:
-    """(old, new) mean of the primary `metric` on the examples both scored; NaN when none."""
-    a, b = example_scores(old.records, metric), example_scores(new.records, metric)
+def paired_means(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
+    """(a, b) mean score ({example id: score}) on the examples both scored; NaN when none."""
     shared = a.keys() & b.keys()
     if not shared:
         return math.nan, math.nan
