@@ -9,22 +9,26 @@ import pytest
 
 from harness.cli.main import main
 from harness.core.run_folder import RunFolder
-from harness.metrics.compare import compare
+from harness.metrics.compare import compare, report
 
 MANIFEST = {"task": "t", "split": "test", "metric": "acc", "router": "r", "router_args": {}}
 
 
-def write_run(folder: Path, scores, seconds_per_token=0.01, failed=0, manifest=None) -> Path:
-    """A run folder with one record per score: 10 tokens each, timed `seconds_per_token`."""
+def write_run(
+    folder: Path, scores, seconds_per_token=0.01, failed=0, manifest=None, large=()
+) -> Path:
+    """A run folder with one record per score: 10 tokens each, timed `seconds_per_token`, the
+    first `large[i]` of example i's from large (none where `large` is shorter)."""
     folder.mkdir(parents=True)
     (folder / "manifest.json").write_text(json.dumps({**MANIFEST, **(manifest or {})}))
     lines = []
     for i, s in enumerate(scores):
         gen = {
-            "provenance": [0] * 10,
+            "provenance": [1] * (large[i] if i < len(large) else 0) + [0] * 10,
             "steps": {"seconds": [seconds_per_token] * 10, "large_called": [False] * 10},
             "forwards": {},
         }
+        gen["provenance"] = gen["provenance"][:10]
         rec = {"example_id": f"ex{i}", "scores": {"acc": s}, "generation": gen, "error": ""}
         lines.append(json.dumps(rec))
     for i in range(failed):
@@ -98,6 +102,18 @@ def test_a_longer_run_is_paired_on_the_examples_both_scored(tmp_path, capsys):
     assert (v["paired_old"], v["paired_new"]) == pytest.approx((0.8, 0.7))
     assert v["diff"] == pytest.approx(v["paired_new"] - v["paired_old"])
     assert "on those 20: 0.8 -> 0.7" in capsys.readouterr().out
+
+
+def test_the_shares_of_a_longer_run_are_its_shares_on_the_paired_examples(tmp_path):
+    """Old's first 20 examples take 2 of 10 tokens from large and its last 10 take 8 (0.4 over
+    its 30); new takes 3 of 10 on its 20: the pair is measured at shares 0.2 and 0.3."""
+    old = write_run(tmp_path / "old", GOOD + [0.0] * 10, large=[2] * 20 + [8] * 10)
+    new = write_run(tmp_path / "new", GOOD, large=[3] * 20)
+    v = compare(RunFolder(old).read(), RunFolder(new).read())
+    assert (v.paired_share_old, v.paired_share_new) == pytest.approx((0.2, 0.3))
+    assert "at large-token share 0.200 -> 0.300" in report(
+        RunFolder(old).read(), RunFolder(new).read(), v
+    )
 
 
 def test_unpaired_runs_use_old_interval(tmp_path):

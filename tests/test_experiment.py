@@ -23,6 +23,7 @@ import pytest
 
 from harness.cli import experiment as experiment_command
 from harness.cli.main import build_parser, main
+from harness.core.run_folder import RunFolder
 from harness.errors import UserError
 from harness.evaluation import controls, experiment, experiment_run, progress, verdict_table
 from harness.evaluation.experiment import (
@@ -35,6 +36,7 @@ from harness.evaluation.experiment import (
     Select,
     Verdicts,
 )
+from harness.metrics.quality import large_token_share
 from tests.tiny import tiny_gguf_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -508,14 +510,20 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
     table = verdict_table.verdict_table(verdicts)
     compared = [line for line in table if "random_rate0.25 |" in line]
     lo, hi = v["diff_ci"]
+    shares = (v["paired_share_new"], v["paired_share_old"])
     assert compared == [
-        f"| reward_threshold1 | 0.200 | random_rate0.25 | 0.208 | {v['metric']} (n = 12) | "
+        f"| reward_threshold1 | {shares[0]:.3f} | random_rate0.25 | {shares[1]:.3f} | "
+        f"{v['metric']} (n = 12) | "
         f"{v['paired_new']:.3f} | {v['paired_old']:.3f} | "
         f"{v['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {v['p']:.3f} | {v['p']:.3f} | "
         f"{v['verdict']} |"
     ]  # one pair compared: a family of one, its Holm-adjusted p its own; both runs' quality
-    # on the examples both scored (here all 12 of each)
+    # and share on the examples both scored (here all 12 of each: the share its records give,
+    # not the one its summary was told)
     assert (v["paired_new"], v["paired_old"]) == (v["quality_new"], v["quality_old"])
+    records = RunFolder(folder / "reward_threshold1").lines()
+    assert shares[0] == pytest.approx(large_token_share(records)) != pytest.approx(0.2)
+    assert shares[1] == pytest.approx(0.208, abs=5e-4)
     assert v["test"] == "exact McNemar" and sum(v["discordant"]) > 0
     assert sum("no run within 0.02" in line for line in table) == 5
     out = tmp_path / "verdicts.md"
@@ -893,8 +901,8 @@ def test_trained_routers_then_edition2_rehearsal_on_the_tiny_pair(tmp_path, caps
 
 
 def test_the_trained_router_result_pages_are_what_their_commands_write(monkeypatch):
-    """experiments/learned-router-verdicts.md, -heldout.md, r2r-verdicts.md and r2r-heldout.md
-    regenerate from the committed verdicts and training folders (`hybridbench experiment
+    """experiments/learned-router-verdicts.md, -heldout.md, r2r-verdicts.md, r2r-heldout.md and
+    edition3-verdicts.md regenerate from the committed verdicts and training folders (`hybridbench experiment
     verdicts ... --md`, `python -m benchmarks.heldout_report results/learned --md ...`,
     `... results/r2r ...`)."""
     from benchmarks import heldout_report
@@ -909,6 +917,10 @@ def test_the_trained_router_result_pages_are_what_their_commands_write(monkeypat
     r2r_verdicts = (root / "experiments" / "r2r-verdicts.md").read_text()
     assert r2r_verdicts == "\n".join(
         experiment_run.verdicts(experiment.load("experiments/r2r.toml"))
+    )
+    edition3 = (root / "experiments" / "edition3-verdicts.md").read_text()
+    assert edition3 == "\n".join(
+        experiment_run.verdicts(experiment.load("experiments/edition3.toml"))
     )
     r2r = (root / "experiments" / "r2r-heldout.md").read_text()  # `... results/r2r --md ...`
     assert r2r == "\n".join(heldout_report.report(Path("results/r2r"))) + "\n"

@@ -392,7 +392,16 @@ def _paired_routers(step: Step) -> set[str]:
 def verdicts(spec: Spec) -> list[str]:
     """Markdown: per verdict step (each task), its matched pairs with the paired difference and
     its 95% interval (`harness.evaluation.verdict_table`), from the verdicts' JSON files."""
-    out = [f"# {spec.name}: paired verdicts", ""]
+    out = [
+        f"# {spec.name}: paired verdicts",
+        "",
+        "Each run against the nearest run of each router it is compared with (within 2 points "
+        "of large-token share over the whole runs). Once compared, both shares and both "
+        "qualities are over the examples both runs scored; the difference is run minus other "
+        "with its paired bootstrap interval, p the paired test's, Holm-adjusted over the "
+        "table's comparisons.",
+        "",
+    ]
     for step in steps(spec):
         if isinstance(step, Verdicts):
             table = verdict_table(step)

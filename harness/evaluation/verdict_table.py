@@ -18,8 +18,8 @@ from reports.text import COMPARISON_HEADER, MATCH, comparison_cells
 def verdict_table(step: Verdicts) -> list[str]:
     """The step's matched pairs as markdown table lines: each run of `step.routers` (its
     realized share) against the nearest run of each router of `step.against`, with both runs'
-    quality on the examples both scored (a file written before compare recorded it: each run's
-    own), the paired difference (run minus other), its 95% interval, the test's p and its p
+    large-token share and quality on the examples both scored (a file written before compare
+    recorded them: each run's own), the paired difference (run minus other), its 95% interval, the test's p and its p
     Holm-adjusted over the table's family (every pair of the step compared), from the verdicts'
     JSON files; a pair with no run within MATCH, or not compared yet, says so. [] while the
     routers have no run."""
@@ -53,8 +53,13 @@ def verdict_table(step: Verdicts) -> list[str]:
             out.append(f"| {run} | {share} | {other} | | not compared yet | | |{blank}|")
             continue
         v = json.loads(step.verdict(run, other).read_text(encoding="utf-8"))
+        shares = (v.get(k, math.nan) for k in ("paired_share_new", "paired_share_old"))
+        mine, its = (
+            s if not math.isnan(s) else df.large_token_share[r]
+            for s, r in zip(shares, (run, other), strict=True)
+        )
         out.append(
-            f"| {run} | {share} | {other} | {df.large_token_share[other]:.3f} | {v['metric']} "
+            f"| {run} | {mine:.3f} | {other} | {its:.3f} | {v['metric']} "
             f"(n = {v['n_paired']}) | {v.get('paired_new', v['quality_new']):.3f} | "
             f"{v.get('paired_old', v['quality_old']):.3f} | "
             + " | ".join(comparison_cells(found[run, other]))

@@ -13,7 +13,8 @@ Rules (every number printed comes from `harness.metrics.quality`):
   bootstrap p for a graded one). A drop is flagged when the verdict is "worse" (p < 0.05) and,
   with `--tolerance` above 0, the whole interval also lies below `-tolerance`. Without shared
   examples the unpaired rule applies: new quality below the lower end of old's
-  `metrics.quality_ci`.
+  `metrics.quality_ci`. Each run's quality and large-token share on the paired examples are
+  recorded beside its own (a run that scored more examples than the other differs there).
 - speed: when both manifests record their sessions, `throughput_tok_per_s` (`metrics.throughput`:
   emitted tokens / wall seconds, the one speed a batched run has); otherwise per-stream
   `tok_per_s` (`metrics.latency`: emitted tokens / decode seconds). A slowdown old / new above
@@ -46,6 +47,8 @@ class Verdict:
     quality_old_ci: tuple[float, float]  # 95% bootstrap CI of old's quality
     paired_old: float  # old's quality on the paired examples (NaN: none); differs from
     paired_new: float  # quality_old (_new) when a run scored examples the other did not
+    paired_share_old: float  # old's large-token share on the paired examples (NaN: none, or
+    paired_share_new: float  # nothing emitted): the share the paired difference was measured at
     diff_ci: tuple[float, float]  # 95% bootstrap CI of mean(new - old) on paired examples
     diff: float  # mean(new - old) on the paired examples (NaN: none)
     test: str  # the paired test (harness.metrics.verdicts: exact McNemar or bootstrap)
@@ -83,6 +86,8 @@ def compare(
     paired = compare_scores(scores_new, scores_old, n_boot=n_boot, seed=SEED)
     n_pairs, diff_ci = paired.n, (paired.ci_low, paired.ci_high)
     paired_old, paired_new = paired_means(scores_old, scores_new)
+    shared = scores_old.keys() & scores_new.keys()
+    share_old, share_new = (paired_share(r.records, shared) for r in (old, new))
     tps_old, tps_new = speeds(old, new)
     slowdown = tps_old / tps_new if tps_new > 0 else math.nan
 
@@ -113,6 +118,8 @@ def compare(
         quality_old_ci=old_ci,
         paired_old=paired_old,
         paired_new=paired_new,
+        paired_share_old=share_old,
+        paired_share_new=share_new,
         diff_ci=diff_ci,
         diff=paired.diff,
         test=paired.test,
@@ -137,6 +144,11 @@ def paired_means(a: dict[str, float], b: dict[str, float]) -> tuple[float, float
     if not shared:
         return math.nan, math.nan
     return tuple(sum(s[i] for i in shared) / len(shared) for s in (a, b))
+
+
+def paired_share(records, ids) -> float:
+    """The large-token share (`metrics.large_token_share`) of the records of examples `ids`."""
+    return metrics.large_token_share([r for r in records if r.get("example_id") in ids])
 
 
 def machines_differ(old: Run, new: Run) -> bool:
@@ -168,7 +180,10 @@ def report(old: Run, new: Run, v: Verdict) -> str:
         f"paired change {v.diff:+.4g}, 95% CI {v.diff_ci[0]:.4g}..{v.diff_ci[1]:.4g} "
         f"({v.n_boot} resamples, seed {v.seed}) on {v.n_paired} examples",
         *(
-            [f"on those {v.n_paired}: {v.paired_old:.4g} -> {v.paired_new:.4g}"]
+            [
+                f"on those {v.n_paired}: {v.paired_old:.4g} -> {v.paired_new:.4g} at large-token "
+                f"share {v.paired_share_old:.3f} -> {v.paired_share_new:.3f}"
+            ]
             if v.n_paired and v.n_paired < max(len(old.records), len(new.records))
             else []
         ),
