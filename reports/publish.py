@@ -11,6 +11,8 @@ The router files the runs name (checkpoints and calibration files in their manif
 arguments) are copied into DEST/routers/, listed in DEST/routers/files.json with their sha256 and
 the path the runs used. Nothing else in DEST is touched: the edition's README is written by hand
 from the reports' setup and cost tables. Publishing the same runs twice gives the same bytes.
+With `--readme FILE` the site's matrix (DEST/index.md) is also written into FILE's headline
+block (`write_headline`), so a README that leads with the leaderboard never lags it.
 """
 
 from __future__ import annotations
@@ -129,6 +131,46 @@ def copy_router_files(names: set[str], dest: Path) -> tuple[list[str], list[str]
         merged = dict(sorted((listed | listing).items(), key=lambda kv: kv[1]["used_as"]))
         index.write_text(json.dumps(merged, indent=1) + "\n")
     return sorted(v["used_as"] for v in listing.values()), missing
+
+
+HEADLINE = "<!-- headline"  # a README's headline block: from this line ...
+HEADLINE_END = "<!-- /headline -->"  # ... to this one, the matrix of DEST/index.md between
+MATRIX = "### Gap recovered at"  # the heading of index.md's matrix
+
+
+def table_after(text: str, heading: str) -> list[str]:
+    """The markdown table (its `|` lines) first found after the line starting `heading`."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
+    if start is None:
+        return []
+    rows: list[str] = []
+    for line in lines[start + 1 :]:
+        if line.startswith("|"):
+            rows.append(line)
+        elif rows:
+            break
+    return rows
+
+
+def write_headline(readme: str | Path, dest: str | Path) -> bool:
+    """Put the matrix of `dest`/index.md between `readme`'s headline lines (HEADLINE, then
+    HEADLINE_END); return whether that changed the file."""
+    readme = Path(readme)
+    text = readme.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith(HEADLINE)), None)
+    end = next((i for i, line in enumerate(lines) if line.strip() == HEADLINE_END), None)
+    if start is None or end is None or end < start:
+        raise UserError(f"{readme} has no headline block ({HEADLINE} ... {HEADLINE_END} lines)")
+    matrix = table_after((Path(dest) / "index.md").read_text(encoding="utf-8"), MATRIX)
+    if not matrix:
+        raise UserError(f"{dest}/index.md has no matrix ({MATRIX} and a table)")
+    new = "".join(lines[: start + 1]) + "\n".join(matrix) + "\n" + "".join(lines[end:])
+    if new == text:
+        return False
+    readme.write_text(new, encoding="utf-8")
+    return True
 
 
 def publish(src: str | Path, dest: str | Path, tasks: list[str]) -> Published:

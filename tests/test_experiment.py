@@ -226,6 +226,17 @@ def test_edition3_steps_wait_for_a_router_whose_checkpoint_is_not_there(tmp_path
     assert not [s for s in steps if isinstance(s, experiment.Note)]
 
 
+@pytest.mark.parametrize("name", ["edition3", "r2r"])
+def test_an_edition_publishes_its_matrix_into_the_readme(name):
+    """`[publish] readme = FILE`: the publish step passes `--readme FILE`, so the README's
+    headline is the site's matrix after any run that publishes, whatever tasks it ran."""
+    spec = experiment.load(ROOT / "experiments" / f"{name}.toml", tasks=["humaneval"])
+    publish = experiment.steps(spec)[-1]
+    assert isinstance(publish, Publish)
+    assert publish.argv[-4:] == ("--tasks", "humaneval", "--readme", "README.md")
+    parses(publish.argv)
+
+
 def test_validity_runs_only_the_tasks_it_is_given(tmp_path):
     spec = experiment.load(ROOT / "experiments" / "validity.toml", out=str(tmp_path),
                            tasks=["commonsense_qa", "cnn_dm"])  # fmt: skip

@@ -32,3 +32,37 @@ def test_readme_stays_short_and_keeps_its_two_commands():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 260
     assert "&& hybridbench demo" in readme and "&& python -m pytest -q" in readme
+
+
+def test_publish_writes_the_site_matrix_into_a_readme_headline(tmp_path):
+    """`publish --readme FILE` (reports.publish.write_headline) replaces FILE's headline block
+    by the matrix of the site's index.md and leaves every other line alone; the committed README
+    is already the published matrix, and a README without the block is refused."""
+    import pytest
+
+    from harness.errors import UserError
+    from reports.publish import write_headline
+
+    dest = tmp_path / "published"
+    dest.mkdir()
+    (dest / "index.md").write_text(
+        "# Site\n\n### Gap recovered at <= 25% large tokens\n\n| router | gsm8k |\n|---|---|\n"
+        "| entropy | 80.0% |\n\nAfter the matrix.\n"
+    )
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "# Tool\n\nIntro.\n\n<!-- headline: the matrix -->\n| router | gsm8k |\n|---|---|\n"
+        "| entropy | 70.0% |\n| old row | 1% |\n<!-- /headline -->\n\nMore prose.\n"
+    )
+    assert write_headline(readme, dest) is True
+    assert readme.read_text() == (
+        "# Tool\n\nIntro.\n\n<!-- headline: the matrix -->\n| router | gsm8k |\n|---|---|\n"
+        "| entropy | 80.0% |\n<!-- /headline -->\n\nMore prose.\n"
+    )
+    assert write_headline(readme, dest) is False  # the same matrix again: nothing to write
+    copy = tmp_path / "README-copy.md"
+    copy.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
+    assert write_headline(copy, ROOT / "reports" / "published") is False
+    readme.write_text("# Tool\n\nNo headline here.\n")
+    with pytest.raises(UserError, match="no headline block"):
+        write_headline(readme, dest)

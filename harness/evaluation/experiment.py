@@ -206,6 +206,7 @@ def steps(spec: Spec) -> list[Step]:
         names = tuple(t.name for t in spec.tasks)
         dest = Path(spec.publish_to)
         argv = ("publish", str(spec.out), str(dest), "--tasks", ",".join(names))
+        argv += ("--readme", spec.publish_readme) if spec.publish_readme else ()
         out.append(Publish(f"publish {', '.join(names)} into {dest}", argv, spec.out, dest, names))
     return out
 

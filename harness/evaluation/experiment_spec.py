@@ -88,6 +88,7 @@ class Spec:
     anchors: int  # examples of each speed anchor (0: none)
     steps: tuple[Mapping, ...]  # other commands, as written (`after_rows` ones after the rows)
     publish_to: str  # folder the edition is published into ('' for none)
+    publish_readme: str = ""  # a README whose headline block gets the site's matrix ('' none)
 
 
 def load(
@@ -145,6 +146,7 @@ def load(
         anchors=int(raw.get("anchors", {}).get("n", 0)),
         steps=tuple(raw.get("steps", [])),
         publish_to=raw.get("publish", {}).get("to", ""),
+        publish_readme=raw.get("publish", {}).get("readme", ""),
     )
 
 
