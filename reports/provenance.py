@@ -20,6 +20,24 @@ def _backends(small: str, large: str) -> str:
     return small if small == large else f"{small} / {large}"
 
 
+def hours(seconds: float) -> str:
+    """Seconds as hours with two decimals: 1800 -> '0.50'."""
+    return f"{seconds / 3600:.2f}"
+
+
+def cpu_hours(recorded: float, bound: float, unrecorded: int) -> str:
+    """CPU hours: those recorded, or with `unrecorded` invocations '≤' recorded plus their
+    upper `bound` (wall times CPUs; '?' where that is unknown)."""
+    if not unrecorded:
+        return hours(recorded)
+    return "?" if math.isnan(bound) else f"≤ {(recorded + bound) / 3600:.2f}"
+
+
+def run_cpu_hours(r) -> str:
+    """A run's (`reports.load.session_totals` columns) CPU hours, as `cpu_hours`."""
+    return cpu_hours(r["session_cpu_s"], r["session_cpu_bound_s"], int(r["session_cpu_unrecorded"]))
+
+
 def cost_table(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> Table:
     """Each run's invocations summed (reports.load.session_totals), then each speed anchor's,
     and all of them together: what the task's sweep took. A run that reused answers ran only
@@ -29,14 +47,6 @@ def cost_table(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> Table:
     df = df.sort_values("run")
     if anchors is not None and len(anchors):
         df = pd.concat([df, anchors.sort_values("run")], ignore_index=True)
-
-    def hours(seconds: float) -> str:
-        return f"{seconds / 3600:.2f}"
-
-    def cpu_hours(recorded: float, bound: float, unrecorded: int) -> str:
-        if not unrecorded:
-            return hours(recorded)
-        return "?" if math.isnan(bound) else f"≤ {(recorded + bound) / 3600:.2f}"
 
     def per_hour(examples: int, seconds: float) -> str:
         return f"{examples / (seconds / 3600):.1f}" if seconds > 0 else "—"
@@ -50,9 +60,7 @@ def cost_table(df: pd.DataFrame, anchors: pd.DataFrame | None = None) -> Table:
             str(int(r["session_examples"])),
             str(int(r["session_tokens"])),
             hours(r["session_wall_s"]),
-            cpu_hours(
-                r["session_cpu_s"], r["session_cpu_bound_s"], int(r["session_cpu_unrecorded"])
-            ),
+            run_cpu_hours(r),
             "— (answers reused)"
             if is_modeled(r)
             else per_hour(int(r["session_examples"]), r["session_wall_s"]),

@@ -112,3 +112,48 @@ def test_edition_changes_lists_the_verdicts_that_changed(tmp_path, capsys):
     assert main(["edition-changes", str(old), str(old), "--tasks", "demo"]) == 0
     assert capsys.readouterr().out == f"0 of the {both} verdicts both editions give changed.\n"
     assert main(["edition-changes", str(old), str(tmp_path / "nowhere"), "--tasks", "demo"]) == 2
+
+
+def test_the_edition_page_lists_the_whole_split_rows_of_each_task(results, tmp_path):
+    """`python -m reports.edition_rows FOLDER`: the runs on as many examples as large-only
+    (references and random first), each with its interval, share and hours; a run kept at
+    fewer examples is left out; --write puts the table into a page's block, --check compares."""
+    from reports.edition_rows import main as edition_rows
+    from reports.edition_rows import whole_split_rows
+
+    copy = tmp_path / "mixed"
+    shutil.copytree(results, copy)
+    spec = copy / "reward_threshold1"
+    _rewrite(spec, [r for r in RunFolder(spec).lines() if int(r["example_id"][2:]) < FEWER])
+    table = whole_split_rows(copy)
+    runs = [line.split(" | ")[0][2:] for line in table[2:]]
+    assert spec.name not in runs and len(runs) == len(list(copy.glob("*/manifest.json"))) - 1
+    assert runs[:2] == ["small", "large"]  # the references first
+    summary = json.loads((copy / "large" / "summary.json").read_text())
+    lo, hi = summary["quality_ci_low"], summary["quality_ci_high"]
+    assert table[3].startswith(f"| large | {summary['quality']:.3f} [{lo:.3f}, {hi:.3f}] | 1.000 |")
+    page = tmp_path / "edition.md"
+    page.write_text("# Edition\n\n<!-- rows: mixed -->\n| old |\n<!-- /rows -->\n\nAfter.\n")
+    assert edition_rows([str(copy), "--check", str(page)]) == 1
+    assert edition_rows([str(copy), "--write", str(page)]) == 0
+    assert edition_rows([str(copy), "--check", str(page)]) == 0
+    text = page.read_text()
+    assert text.startswith("# Edition\n\n<!-- rows: mixed -->\n| row |") and "| old |" not in text
+    assert text.endswith("<!-- /rows -->\n\nAfter.\n")
+    assert edition_rows([str(results), "--check", str(page)]) == 2  # no block for its name
+
+
+def test_docs_edition_tables_are_the_published_rows():
+    """Each `<!-- rows: TASK -->` table of docs/edition.md is reports/published/TASK's."""
+    from reports.edition_rows import whole_split_rows, written
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "edition.md").read_text(encoding="utf-8")
+    marks = [x.strip() for x in text.splitlines() if x.strip().startswith("<!-- rows: ")]
+    tasks = [x.removeprefix("<!-- rows: ").removesuffix(" -->") for x in marks]
+    assert tasks, "docs/edition.md has no rows table"
+    for task in tasks:
+        assert written(text, task) == whole_split_rows(root / "reports" / "published" / task), (
+            f"docs/edition.md's {task} rows differ: python -m reports.edition_rows "
+            f"reports/published/{task} --write docs/edition.md"
+        )
