@@ -464,6 +464,37 @@ def test_sigusr1_asks_a_drain(drained):
         assert drained.asked()
 
 
+def test_drain_after_drains_an_experiment_once_its_time_is_up(
+    tmp_path, drained, monkeypatch, capsys
+):
+    """`experiment run --drain-after HOURS`: when the time is up a drain is asked, the step under
+    way finishes and the next does not begin; 0 hours is refused."""
+    from harness.cli import experiment as experiment_command
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[experiment]\nout = "{tmp_path / "out"}"\n[tasks]\ngsm8k = {{ n = 2 }}\n'
+        '[[steps]]\nname = "first"\ncommand = "routers"\n'
+        '[[steps]]\nname = "second"\ncommand = "tasks"\n'
+    )
+    ran = []
+
+    def slow(argv):  # a step that outlasts the time given
+        ran.append(argv[0])
+        time.sleep(1.5)
+        return 0
+
+    monkeypatch.setattr(experiment_command, "execute", slow)
+    assert main(["experiment", "run", str(spec), "--drain-after", str(0.2 / 3600)]) == 130
+    assert ran == ["routers"]
+    out, err = capsys.readouterr()
+    assert "the time given (--drain-after) is up: draining" in err and "drained" in err
+    assert "stopped before [2/2] second (drained)" in out
+    drained.clear()
+    assert main(["experiment", "run", str(spec), "--drain-after", "0"]) == 2
+    assert "--drain-after must be > 0" in capsys.readouterr().err
+
+
 def test_a_drained_experiment_begins_no_step(tmp_path, drained):
     """A drain asked while an experiment's step ran outside a run: the next step does not begin."""
     from harness.evaluation import experiment, experiment_run

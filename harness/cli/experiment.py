@@ -7,6 +7,7 @@ one resumable command (docs/experiments.md).
     hybridbench experiment status experiments/edition2.toml     # done, examples, hours left
     hybridbench experiment verdicts experiments/learned-router.toml  # paired verdict tables
     kill -TERM PID                                               # stops cleanly; run resumes
+    kill -USR1 PID       # drains: the examples in flight finish (or --drain-after HOURS)
 
 Every step is a `hybridbench` command line, run in this process by the command's own parser
 and `run` (`execute`); a step its folders say is done is skipped.
@@ -27,7 +28,7 @@ from pathlib import Path
 from harness.cli import options
 from harness.cli.main import COMMANDS, TRAINING
 from harness.errors import UserError
-from harness.evaluation import experiment, experiment_run
+from harness.evaluation import drain, experiment, experiment_run
 
 
 def configure(p) -> None:
@@ -73,6 +74,14 @@ def configure(p) -> None:
                 default=None,
                 help="stop cleanly (as SIGTERM) after this many hours; the same command resumes",
             )
+            q.add_argument(
+                "--drain-after",
+                type=float,
+                default=None,
+                metavar="HOURS",
+                help="after this many hours, drain (as SIGUSR1): no new example, the ones in "
+                "flight finished and recorded, then stop; the same command resumes",
+            )
 
 
 def run(args) -> int:
@@ -102,7 +111,7 @@ def run(args) -> int:
             for c in s.argv
         ]
     )
-    with stop_after(args.hours):
+    with stop_after(args.hours), drain_after(args.drain_after):
         return experiment_run.run(spec, execute, args.lock, say)
 
 
@@ -181,3 +190,28 @@ class stop_after:
     def _stop(signum, frame):
         print("the time given (--hours) is up: stopping", file=sys.stderr, flush=True)
         raise KeyboardInterrupt
+
+
+class drain_after:
+    """Ask a drain (`harness.evaluation.drain`) after `hours` (None: never), as SIGUSR1 does:
+    nothing decoded is lost, the run stops about one answer's time later."""
+
+    def __init__(self, hours: float | None):
+        if hours is not None and hours <= 0:
+            raise UserError(f"--drain-after must be > 0 hours, not {hours:g}")
+        self.timer = None if hours is None else threading.Timer(hours * 3600, self._drain)
+
+    def __enter__(self):
+        if self.timer:
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.timer:
+            self.timer.cancel()
+
+    @staticmethod
+    def _drain():
+        print("the time given (--drain-after) is up: draining", file=sys.stderr, flush=True)
+        drain.ask()
