@@ -523,14 +523,14 @@ def test_controls_and_verdicts_steps_pair_the_runs_of_a_task_folder(tmp_path):
     lo, hi = v["diff_ci"]
     shares = (v["paired_share_new"], v["paired_share_old"])
     assert compared == [
-        f"| reward_threshold1 | {shares[0]:.3f} | random_rate0.25 | {shares[1]:.3f} | "
-        f"{v['metric']} (n = 12) | "
+        f"| reward_threshold1 | {shares[0]:.3f} | random_rate0.25 | {shares[1]:.3f} "
+        f"(not within 2 points here) | {v['metric']} (n = 12) | "
         f"{v['paired_new']:.3f} | {v['paired_old']:.3f} | "
         f"{v['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {v['p']:.3f} | {v['p']:.3f} | "
         f"{v['verdict']} |"
     ]  # one pair compared: a family of one, its Holm-adjusted p its own; both runs' quality
     # and share on the examples both scored (here all 12 of each: the share its records give,
-    # not the one its summary was told)
+    # not the one its summary was told, so the pair is marked as further apart than 2 points)
     assert (v["paired_new"], v["paired_old"]) == (v["quality_new"], v["quality_old"])
     records = RunFolder(folder / "reward_threshold1").lines()
     assert shares[0] == pytest.approx(large_token_share(records)) != pytest.approx(0.2)

@@ -397,7 +397,8 @@ def verdicts(spec: Spec) -> list[str]:
         "",
         "Each run against the nearest run of each router it is compared with (within 2 points "
         "of large-token share over the whole runs). Once compared, both shares and both "
-        "qualities are over the examples both runs scored; the difference is run minus other "
+        "qualities are over the examples both runs scored (shares more than 2 points apart "
+        "there are marked); the difference is run minus other "
         "with its paired bootstrap interval, p the paired test's, Holm-adjusted over the "
         "table's comparisons.",
         "",

@@ -19,7 +19,8 @@ def verdict_table(step: Verdicts) -> list[str]:
     """The step's matched pairs as markdown table lines: each run of `step.routers` (its
     realized share) against the nearest run of each router of `step.against`, with both runs'
     large-token share and quality on the examples both scored (a file written before compare
-    recorded them: each run's own), the paired difference (run minus other), its 95% interval, the test's p and its p
+    recorded them: each run's own; shares further apart there than MATCH, though the whole
+    runs' were within it, are marked), the paired difference (run minus other), its 95% interval, the test's p and its p
     Holm-adjusted over the table's family (every pair of the step compared), from the verdicts'
     JSON files; a pair with no run within MATCH, or not compared yet, says so. [] while the
     routers have no run."""
@@ -58,8 +59,9 @@ def verdict_table(step: Verdicts) -> list[str]:
             s if not math.isnan(s) else df.large_token_share[r]
             for s, r in zip(shares, (run, other), strict=True)
         )
+        apart = " (not within 2 points here)" if abs(mine - its) > MATCH + 1e-9 else ""
         out.append(
-            f"| {run} | {mine:.3f} | {other} | {its:.3f} | {v['metric']} "
+            f"| {run} | {mine:.3f} | {other} | {its:.3f}{apart} | {v['metric']} "
             f"(n = {v['n_paired']}) | {v.get('paired_new', v['quality_new']):.3f} | "
             f"{v.get('paired_old', v['quality_old']):.3f} | "
             + " | ".join(comparison_cells(found[run, other]))
