@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import UserError
+from reports import blocks
 from reports.load import decoded, load_runs
 from reports.provenance import hours, run_cpu_hours
 from reports.text import is_modeled, num, quality_cell
@@ -52,38 +53,18 @@ def whole_split_rows(task_folder: str | Path) -> list[str]:
     return out
 
 
-def _block(text: str, task: str) -> tuple[int, int]:
-    """The line numbers of `text`'s `<!-- rows: TASK -->` and `<!-- /rows -->` lines."""
-    lines = text.splitlines()
-    start = next((i for i, x in enumerate(lines) if x.strip() == f"<!-- rows: {task} -->"), None)
-    end = (
-        None
-        if start is None
-        else next(
-            (i for i in range(start, len(lines)) if lines[i].strip() == "<!-- /rows -->"), None
-        )
-    )
-    if start is None or end is None:
-        raise UserError(f"no '<!-- rows: {task} -->' ... '<!-- /rows -->' block")
-    return start, end
+def _marks(task: str) -> tuple[str, str]:
+    return f"<!-- rows: {task} -->", "<!-- /rows -->"
 
 
 def written(text: str, task: str) -> list[str]:
     """The table lines `text` holds in its block for `task`."""
-    start, end = _block(text, task)
-    return text.splitlines()[start + 1 : end]
+    return blocks.read(text, *_marks(task), f"no rows block for {task}")
 
 
 def write(path: Path, task: str, table: list[str]) -> bool:
     """Put `table` into `path`'s block for `task`; return whether the file changed."""
-    text = path.read_text(encoding="utf-8")
-    start, end = _block(text, task)
-    lines = text.splitlines()
-    new = "\n".join([*lines[: start + 1], *table, *lines[end:]]) + "\n"
-    if new == text:
-        return False
-    path.write_text(new, encoding="utf-8")
-    return True
+    return blocks.put(path, *_marks(task), table, f"{path} has no rows block for {task}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.core.run_folder import RunFolder, is_run
 from harness.errors import UserError
 from harness.files import file_sha256
-from reports import write_report
+from reports import blocks, write_report
 from reports.load import ANCHORS, FILE_ARGS, run_dirs
 
 DEVICE = "device"  # a task folder's rows measured on a GPU machine (JSON files)
@@ -156,21 +156,10 @@ def table_after(text: str, heading: str) -> list[str]:
 def write_headline(readme: str | Path, dest: str | Path) -> bool:
     """Put the matrix of `dest`/index.md between `readme`'s headline lines (HEADLINE, then
     HEADLINE_END); return whether that changed the file."""
-    readme = Path(readme)
-    text = readme.read_text(encoding="utf-8")
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.startswith(HEADLINE)), None)
-    end = next((i for i, line in enumerate(lines) if line.strip() == HEADLINE_END), None)
-    if start is None or end is None or end < start:
-        raise UserError(f"{readme} has no headline block ({HEADLINE} ... {HEADLINE_END} lines)")
     matrix = table_after((Path(dest) / "index.md").read_text(encoding="utf-8"), MATRIX)
     if not matrix:
         raise UserError(f"{dest}/index.md has no matrix ({MATRIX} and a table)")
-    new = "".join(lines[: start + 1]) + "\n".join(matrix) + "\n" + "".join(lines[end:])
-    if new == text:
-        return False
-    readme.write_text(new, encoding="utf-8")
-    return True
+    return blocks.put(readme, HEADLINE, HEADLINE_END, matrix, f"{readme} has no headline block")
 
 
 def publish(src: str | Path, dest: str | Path, tasks: list[str]) -> Published:

@@ -23,12 +23,12 @@ def write_run(
     (folder / "manifest.json").write_text(json.dumps({**MANIFEST, **(manifest or {})}))
     lines = []
     for i, s in enumerate(scores):
+        k = large[i] if i < len(large) else 0
         gen = {
-            "provenance": [1] * (large[i] if i < len(large) else 0) + [0] * 10,
+            "provenance": [1] * k + [0] * (10 - k),
             "steps": {"seconds": [seconds_per_token] * 10, "large_called": [False] * 10},
             "forwards": {},
         }
-        gen["provenance"] = gen["provenance"][:10]
         rec = {"example_id": f"ex{i}", "scores": {"acc": s}, "generation": gen, "error": ""}
         lines.append(json.dumps(rec))
     for i in range(failed):
