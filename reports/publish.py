@@ -7,6 +7,9 @@ measured on a GPU machine): DEST/<task>/ is replaced by the task's run folders a
 (manifest, summary, and the records gzip-compressed with no timestamp:
 `harness.core.run_folder.RunFolder.publish_to`; the readers take either) and device rows (one DEST holds and SRC lacks is
 kept: GPU rows are measured elsewhere), then the report is written to DEST/<task>/report/.
+A run folder DEST/<task> holds that SRC/<task> lacks would be dropped: `publish` refuses, naming
+them, unless `replace` (`--replace`) says to drop them (an experiment restores the published runs
+into its working copy before its first step, so its publish step drops nothing).
 The router files the runs name (checkpoints and calibration files in their manifests' router
 arguments) are copied into DEST/routers/, listed in DEST/routers/files.json with their sha256 and
 the path the runs used. Nothing else in DEST is touched: the edition's README is written by hand
@@ -53,6 +56,15 @@ def task_runs(src: Path) -> list[Path]:
     """A task folder's run folders and speed anchors (large-only on another machine: the speed
     ratios' denominators), the folders an edition publishes."""
     return run_dirs(src) + run_dirs(src / ANCHORS, missing_ok=True)
+
+
+def dropped_runs(src: Path, dest: Path) -> list[str]:
+    """The run folders and speed anchors of the published task folder `dest` that the task folder
+    `src` lacks (paths relative to `dest`): the ones publishing `src` over it would drop."""
+    if not dest.is_dir():
+        return []
+    have = {r.relative_to(src) for r in task_runs(src)}
+    return [str(r.relative_to(dest)) for r in task_runs(dest) if r.relative_to(dest) not in have]
 
 
 def publish_task(src: Path, dest: Path) -> list[str]:
@@ -162,14 +174,28 @@ def write_headline(readme: str | Path, dest: str | Path) -> bool:
     return blocks.put(readme, HEADLINE, HEADLINE_END, matrix, f"{readme} has no headline block")
 
 
-def publish(src: str | Path, dest: str | Path, tasks: list[str]) -> Published:
-    """Publish the task folders `tasks` of `src` into `dest` (see the module docstring)."""
+def publish(
+    src: str | Path, dest: str | Path, tasks: list[str], replace: bool = False
+) -> Published:
+    """Publish the task folders `tasks` of `src` into `dest` (see the module docstring); a
+    published run `src` lacks is a UserError before anything is written, unless `replace`."""
     src, dest = Path(src), Path(dest)
     if not tasks:
         raise UserError("no tasks to publish (--tasks)")
     missing_tasks = [t for t in tasks if not (src / t).is_dir()]
     if missing_tasks:
         raise UserError(f"{src} has no task folder {', '.join(missing_tasks)}")
+    for task in tasks if not replace else ():
+        dropped = dropped_runs(src / task, dest / task)
+        if dropped:
+            shown = ", ".join(dropped[:3]) + (
+                f" and {len(dropped) - 3} more" if len(dropped) > 3 else ""
+            )
+            raise UserError(
+                f"{dest / task} holds {len(dropped)} run folder(s) {src / task} lacks ({shown}): "
+                "publishing would drop them; copy them back into the working copy first "
+                "(`hybridbench experiment run` restores them), or pass --replace to drop them"
+            )
     files: set[str] = set()
     reports = []
     for task in tasks:

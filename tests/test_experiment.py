@@ -937,6 +937,27 @@ def test_the_trained_router_result_pages_are_what_their_commands_write(monkeypat
     assert r2r == "\n".join(heldout_report.report(Path("results/r2r"))) + "\n"
 
 
+def test_publish_refuses_to_drop_published_runs_the_working_copy_lacks(tmp_path, capsys):
+    """A working copy that lacks some published runs (rows kept only in the published folder,
+    or a working copy holding only what an edition added) is refused before anything is
+    written, the runs named; `--replace` drops them."""
+    from reports.demo import write_demo_results
+
+    src = tmp_path / "edition" / "demo"
+    write_demo_results(src, n_examples=4)
+    dest = tmp_path / "published"
+    argv = ["publish", str(src.parent), str(dest), "--tasks", "demo"]
+    assert main(argv) == 0
+    before = sorted(p.relative_to(dest) for p in dest.rglob("*") if p.is_file())
+    shutil.rmtree(src / "large")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "1 run folder(s)" in err and "(large)" in err and "--replace" in err
+    assert sorted(p.relative_to(dest) for p in dest.rglob("*") if p.is_file()) == before
+    assert main([*argv, "--replace"]) == 0
+    assert not (dest / "demo" / "large").exists() and (dest / "demo" / "small").is_dir()
+
+
 def test_publishing_one_task_keeps_the_router_files_other_tasks_listed(tmp_path):
     """routers/files.json lists the files of every task published, not only the last one's."""
     from reports.publish import copy_router_files

@@ -21,6 +21,12 @@ def configure(p) -> None:
         "--tasks", type=options.names, required=True, help="comma-separated task folders to publish"
     )
     p.add_argument(
+        "--replace",
+        action="store_true",
+        help="drop the published run folders RESULTS lacks (without it publishing refuses, "
+        "naming them)",
+    )
+    p.add_argument(
         "--readme",
         default=None,
         metavar="FILE",
@@ -31,7 +37,7 @@ def configure(p) -> None:
 
 def run(args) -> int:
     tasks = list(args.tasks)
-    done = publish(args.results, args.reports, tasks)
+    done = publish(args.results, args.reports, tasks, replace=args.replace)
     for task, html in zip(tasks, done.reports, strict=True):
         print(f"{args.reports}/{task}: {html}")
     for name in done.missing:
