@@ -58,13 +58,13 @@ def task_runs(src: Path) -> list[Path]:
     return run_dirs(src) + run_dirs(src / ANCHORS, missing_ok=True)
 
 
-def dropped_runs(src: Path, dest: Path) -> list[str]:
-    """The run folders and speed anchors of the published task folder `dest` that the task folder
-    `src` lacks (paths relative to `dest`): the ones publishing `src` over it would drop."""
-    if not dest.is_dir():
+def missing_runs(dest: Path, src: Path) -> list[Path]:
+    """The run folders and speed anchors of the published task folder `dest` with no run at
+    their place in the task folder `src`: the ones `restore` copies back, and the ones
+    publishing `src` over `dest` would drop."""
+    if not run_dirs(dest, missing_ok=True):
         return []
-    have = {r.relative_to(src) for r in task_runs(src)}
-    return [str(r.relative_to(dest)) for r in task_runs(dest) if r.relative_to(dest) not in have]
+    return [run for run in task_runs(dest) if not is_run(src / run.relative_to(dest))]
 
 
 def publish_task(src: Path, dest: Path) -> list[str]:
@@ -109,13 +109,9 @@ def restore(dest: Path, src: Path) -> list[Path]:
     """Copy the runs of a published task folder `dest` that the task folder `src` lacks back
     into it (`RunFolder.copy_to`: a run resumes from them, and answers are reused from them);
     return the run folders restored."""
-    if not run_dirs(dest, missing_ok=True):
-        return []
     restored = []
-    for run in task_runs(dest):
+    for run in missing_runs(dest, src):
         out = src / run.relative_to(dest)
-        if is_run(out):
-            continue
         RunFolder(run).copy_to(out)
         restored.append(out)
     return restored
@@ -185,8 +181,8 @@ def publish(
     missing_tasks = [t for t in tasks if not (src / t).is_dir()]
     if missing_tasks:
         raise UserError(f"{src} has no task folder {', '.join(missing_tasks)}")
-    for task in tasks if not replace else ():
-        dropped = dropped_runs(src / task, dest / task)
+    for task in [] if replace else tasks:
+        dropped = [str(r.relative_to(dest / task)) for r in missing_runs(dest / task, src / task)]
         if dropped:
             shown = ", ".join(dropped[:3]) + (
                 f" and {len(dropped) - 3} more" if len(dropped) > 3 else ""
