@@ -100,6 +100,30 @@ def decoded(n) -> bool:
     return float(n or 0) > 0
 
 
+SHARE_KNOBS = ("target_share", "p", "share")  # the knobs that ask for a large-token share
+
+
+def asked_share(router_args: dict) -> float | None:
+    """The large-token share a setting asks for (the first of SHARE_KNOBS among its numeric
+    arguments, rounded to 6 places); None for a setting that asks for none."""
+    numeric = _numeric(router_args)
+    knob = next((k for k in SHARE_KNOBS if k in numeric), None)
+    return round(numeric[knob], 6) if knob else None
+
+
+def grid_shares(settings) -> set[float]:
+    """The shares of a sweep's grid, from its rows' (router, router_args): the shares asked
+    (`asked_share`) by more than half of the routers that ask for one (all of them where no
+    share is). A row aimed at another row's share (a matched control, entropy at 0.224; learned
+    aimed at r2r's 0.179) is one or two routers' and off the grid."""
+    at: dict[float, set] = {}
+    for router, args in settings:
+        if (s := asked_share(args)) is not None:
+            at.setdefault(s, set()).add(router)
+    routers = set().union(*at.values()) if at else set()
+    return {s for s, rs in at.items() if 2 * len(rs) > len(routers)} or set(at)
+
+
 def setting_value(router_args: dict) -> float:
     """The value of `main_knob` as a float; NaN when there is no knob."""
     knob = main_knob(router_args)

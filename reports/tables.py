@@ -20,7 +20,7 @@ import pandas as pd
 from harness.core.run_folder import RunFolder
 from harness.metrics import verdicts
 from harness.metrics.frontier import aiq, apgr, cpt, pgr
-from reports.load import REFERENCES, RUN_ORDER, decoded, flag
+from reports.load import REFERENCES, RUN_ORDER, asked_share, decoded, flag, grid_shares
 from reports.plots import reference
 from reports.text import (
     COMPARISON_HEADER,
@@ -275,16 +275,23 @@ def pair(r, controls: pd.DataFrame, task: TaskRuns) -> Pairing:
 
 def goal_runs(df: pd.DataFrame) -> list:
     """Per router (its transfer runs apart), its best run at a large-token share <= GOAL_SHARE
+    among its runs at the sweep's grid shares (`grid_shares`: a row aimed at another row's share
+    would give a router one more draw at the maximum), any of its runs where it has none there
     (the oracle's run whatever its share), best first: by quality, or, where some run scored
     fewer examples than the references (`own_references`), by the gap each run recovers on its
     own examples."""
     mixed = "on_fewer" in df and df["on_fewer"].any()
     df = df.assign(_k=-(df.apply(gap, axis=1).fillna(-math.inf) if mixed else df["quality"]))
     best = []
+    args = df["router_args"].map(json.loads)
+    grid = grid_shares(zip(df["router"], args, strict=True))
+    on_grid = args.map(asked_share).map(lambda s: s is None or s in grid)
     transfer = df["router"].where(~df.apply(is_transfer, axis=1), df["router"] + " (transfer)")
     for _, g in df[~df["router"].isin(REFERENCES)].groupby(transfer):
         if g["router"].iloc[0] != "oracle":
             g = g[g["large_token_share"] <= GOAL_SHARE]
+        if on_grid[g.index].any():  # its runs at the grid's shares: aimed rows are no more draws
+            g = g[on_grid[g.index]]
         if len(g):
             best.append(g.sort_values(["_k", "run"]).iloc[0])
     best.sort(key=lambda r: (r["_k"], router_label(r)))  # PGR's order where there is a gap
@@ -321,7 +328,11 @@ def goal_table(task: TaskRuns) -> Table:
         "setting",
     )
     title = f"Quality goal: the most of the gap at <= {GOAL_SHARE:.0%} large tokens"
-    note = "Sorted by gap recovered, best first. " + constants_note(task.constants, rows)
+    note = (
+        "Sorted by gap recovered, best first. Each router's runs at the sweep's grid of shares "
+        "only, where it has any (a row aimed at another row's share is no extra draw). "
+        + constants_note(task.constants, rows)
+    )
     return Table(title, header, tuple(rows), note.strip(), marks=True)
 
 

@@ -464,6 +464,42 @@ def test_quality_goal_table_takes_each_routers_best_run_under_the_share(results)
     assert table.note.startswith("Sorted by gap recovered, best first.")
 
 
+def test_the_quality_goal_reads_the_grid_not_the_rows_aimed_between_it():
+    """A row aimed at another row's share (a matched control: entropy at 0.224, here its luckiest
+    draw; learned and confidence both aimed at r2r's 0.179) is off the sweep's grid, so the goal
+    takes each router's best run at the grid's shares; a router with no run on the grid keeps
+    its own. A submission pairs at the grid's target shares only."""
+    import pandas as pd
+
+    from reports.load import grid_shares
+    from reports.tables import goal_runs
+
+    rows = []
+
+    def run(router, knob, s, quality):
+        rows.append({"run": f"{router}__{knob}={s}", "router": router, "transfer": False,
+                     "router_args": json.dumps({knob: s, "threshold": 0.5}),
+                     "large_token_share": 0.9 * s, "quality": quality})  # fmt: skip
+
+    for router, knob in [("entropy", "target_share"), ("confidence", "target_share"),
+                         ("learned", "target_share"), ("random", "p")]:  # fmt: skip
+        for s in (0.1, 0.2, 0.35):
+            run(router, knob, s, 0.3 + s)  # 0.35's realized share (0.315) is past the goal
+    run("entropy", "target_share", 0.224, 0.9)
+    run("learned", "target_share", 0.179, 0.9)
+    run("confidence", "target_share", 0.179, 0.9)
+    run("margin", "target_share", 0.15, 0.6)
+    df = pd.DataFrame(rows)
+    settings = zip(df.router, df.router_args.map(json.loads), strict=True)
+    assert grid_shares(settings) == {0.1, 0.2, 0.35}
+    best = {r["router"]: r["run"] for r in goal_runs(df)}
+    assert best == {"entropy": "entropy__target_share=0.2",
+                    "confidence": "confidence__target_share=0.2",
+                    "learned": "learned__target_share=0.2", "random": "random__p=0.2",
+                    "margin": "margin__target_share=0.15"}  # fmt: skip
+    assert grid_shares([("a", {"target_share": 0.1}), ("b", {"p": 0.3})]) == {0.1, 0.3}
+
+
 @pytest.mark.parametrize(
     "name, engine",
     [("device-latency-h100.json", "engine transformers 5.17.0, eager, bf16"),

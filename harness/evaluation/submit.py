@@ -48,7 +48,7 @@ from harness.evaluation.spec import DECODE_FIELDS, MODEL_FIELDS, RunSpec
 from harness.evaluation.submit_verdicts import NEW, verdict_tables, write_section
 from harness.evaluation.sweep import router_settings, setting_name
 from reports import load_runs, write_report
-from reports.load import run_dirs
+from reports.load import grid_shares, run_dirs
 from reports.tables import ENDS
 from reports.text import MATCH
 from routers import get_router, router_class, router_entry
@@ -99,7 +99,7 @@ class Edition:
     models: dict  # role -> {"source", "sha256", "backend"} of its large-only row
     backends: dict  # role -> backend kind ("llama.cpp", "hf", "remote")
     dtype: str  # the transformers dtype (what an hf backend computes in)
-    shares: tuple[float, ...]  # the target shares its rows were run at (by two routers or more)
+    shares: tuple[float, ...]  # its grid's target shares (`reports.load.grid_shares`)
 
 
 def read_edition(folder: str | Path) -> Edition:
@@ -114,13 +114,11 @@ def read_edition(folder: str | Path) -> Edition:
         values = {json.dumps(x.get(key), sort_keys=True) for x in manifests.values()}
         if len(values) > 1:
             raise UserError(f"{folder}: its runs differ in {key}; pairing needs one edition")
-    routers: dict[float, set] = {}  # target share -> the routers with a row there
-    for x in manifests.values():
-        if "target_share" in (x.get("router_args") or {}):
-            routers.setdefault(float(x["router_args"]["target_share"]), set()).add(x["router"])
-    # the edition's shares: those two routers or more ran; a row aimed at another row's share
-    # (a matched control, e.g. entropy at 0.224) is one router's, and no share of the edition
-    shares = {s for s, rs in routers.items() if len(rs) > 1} or set(routers)
+    # the edition's shares: its grid's (a row aimed at another row's share, a matched control
+    # such as entropy at 0.224, is one or two routers' and off it) that its share routers ran at
+    settings = [(x["router"], x.get("router_args") or {}) for x in manifests.values()]
+    ran = {round(float(a["target_share"]), 6) for _, a in settings if "target_share" in a}
+    shares = {s for s in grid_shares(settings) if s in ran}
     if not shares:
         raise UserError(f"{folder}: no row of it ran at a target share (target_share=)")
     ids = tuple(sorted(RunFolder(large[0]).done()))
