@@ -119,8 +119,8 @@ def matrix(summaries: list[TaskSummary]) -> Table:
     note = (
         f"Each cell: the gap recovered by the router's best run at <= {GOAL_SHARE:.0%} large "
         "tokens among its runs at the sweep's grid of shares (a row aimed at another row's "
-        "share, as a matched control, is no extra draw) · its verdict against its control at a matched share (random; random_query for "
-        "the query router), paired over the same examples, better or worse only where the "
+        "share, as a matched control, is no extra draw) · its verdict against its control at a "
+        "matched share (random; random_query for the query router), paired over the same examples, better or worse only where the "
         "exact test's p, Holm-adjusted over the task page's paired comparisons, is below 0.05 "
         "(the task page's paired table prints both) · its throughput against large-only's "
         "on the same machine (1.00× = large-only; 'modeled': the run reused the small-only and "

@@ -468,7 +468,7 @@ def test_the_quality_goal_reads_the_grid_not_the_rows_aimed_between_it():
     """A row aimed at another row's share (a matched control: entropy at 0.224, here its luckiest
     draw; learned and confidence both aimed at r2r's 0.179) is off the sweep's grid, so the goal
     takes each router's best run at the grid's shares; a router with no run on the grid keeps
-    its own. A submission pairs at the grid's target shares only."""
+    its own (`read_edition`'s shares, from the same grid: tests/test_submit.py)."""
     import pandas as pd
 
     from reports.load import grid_shares

@@ -48,7 +48,7 @@ from harness.evaluation.spec import DECODE_FIELDS, MODEL_FIELDS, RunSpec
 from harness.evaluation.submit_verdicts import NEW, verdict_tables, write_section
 from harness.evaluation.sweep import router_settings, setting_name
 from reports import load_runs, write_report
-from reports.load import grid_shares, run_dirs
+from reports.load import asked_share, grid_shares, run_dirs
 from reports.tables import ENDS
 from reports.text import MATCH
 from routers import get_router, router_class, router_entry
@@ -117,7 +117,7 @@ def read_edition(folder: str | Path) -> Edition:
     # the edition's shares: its grid's (a row aimed at another row's share, a matched control
     # such as entropy at 0.224, is one or two routers' and off it) that its share routers ran at
     settings = [(x["router"], x.get("router_args") or {}) for x in manifests.values()]
-    ran = {round(float(a["target_share"]), 6) for _, a in settings if "target_share" in a}
+    ran = {asked_share(a) for _, a in settings if "target_share" in a}
     shares = {s for s in grid_shares(settings) if s in ran}
     if not shares:
         raise UserError(f"{folder}: no row of it ran at a target share (target_share=)")
