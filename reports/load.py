@@ -124,6 +124,27 @@ def grid_shares(settings) -> set[float]:
     return {s for s, rs in at.items() if 2 * len(rs) > len(routers)} or set(at)
 
 
+def at_grid(df: pd.DataFrame) -> pd.Series:
+    """Per row of `load_runs`'s `df`: whether its setting asks for no share or for one of the
+    sweep's grid shares (`grid_shares`, over `df`'s rows); all True for rows without router
+    arguments."""
+    if "router_args" not in df or not len(df):
+        return pd.Series(True, index=df.index)
+    args = df["router_args"].map(lambda a: json.loads(a) if isinstance(a, str) else a or {})
+    grid = grid_shares(zip(df["router"], args, strict=True))
+    asked = [asked_share(a) for a in args]  # (Series.map would turn None into NaN)
+    return pd.Series([s is None or s in grid for s in asked], index=df.index)
+
+
+def on_grid(df: pd.DataFrame) -> pd.Series:
+    """Per row of `df`: whether it is one of its router's own rows (`at_grid`), or its router
+    has no row at the grid (a router run only at shares of its own has those as its grid). A
+    row off the grid was aimed at another row's share: it is there to be compared with, not a
+    subject that needs controls and verdicts of its own."""
+    at = at_grid(df)
+    return at | ~at.groupby(df["router"]).transform("any").astype(bool)
+
+
 def setting_value(router_args: dict) -> float:
     """The value of `main_knob` as a float; NaN when there is no knob."""
     knob = main_knob(router_args)

@@ -20,7 +20,7 @@ import pandas as pd
 from harness.core.run_folder import RunFolder
 from harness.metrics import verdicts
 from harness.metrics.frontier import aiq, apgr, cpt, pgr
-from reports.load import REFERENCES, RUN_ORDER, asked_share, decoded, flag, grid_shares
+from reports.load import REFERENCES, RUN_ORDER, at_grid, decoded, flag
 from reports.plots import reference
 from reports.text import (
     COMPARISON_HEADER,
@@ -283,9 +283,7 @@ def goal_runs(df: pd.DataFrame) -> list:
     mixed = "on_fewer" in df and df["on_fewer"].any()
     df = df.assign(_k=-(df.apply(gap, axis=1).fillna(-math.inf) if mixed else df["quality"]))
     best = []
-    args = df["router_args"].map(json.loads)
-    grid = grid_shares(zip(df["router"], args, strict=True))
-    on_grid = args.map(asked_share).map(lambda s: s is None or s in grid)
+    on_grid = at_grid(df)
     transfer = df["router"].where(~df.apply(is_transfer, axis=1), df["router"] + " (transfer)")
     for _, g in df[~df["router"].isin(REFERENCES)].groupby(transfer):
         if g["router"].iloc[0] != "oracle":

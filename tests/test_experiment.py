@@ -454,6 +454,38 @@ def test_aimed_runs_cover_the_examples_of_the_row_they_match():
     assert progress.aimed(df, {"entropy": ("learned",)}, "target_share") == []
 
 
+def test_rows_aimed_at_another_rows_share_are_compared_with_not_subjects():
+    """A row aimed at another row's share (learned at r2r's 0.327, off the sweep's grid of
+    0.1 / 0.2 / 0.35) asks for no control, no aimed entropy row and no verdict of its own: it is
+    the row others are compared with. A router run only at shares of its own (margin at 0.15)
+    is a subject at those."""
+    from types import SimpleNamespace
+
+    rows = []
+    for router, knob in [("entropy", "target_share"), ("learned", "target_share"),
+                         ("r2r", "target_share"), ("random", "p")]:  # fmt: skip
+        for s in (0.1, 0.2, 0.35):
+            rows.append((router, knob, s, s + 0.004))
+    rows += [("learned", "target_share", 0.327, 0.326), ("margin", "target_share", 0.15, 0.15)]
+    df = pd.DataFrame(
+        [(r, json.dumps({k: s, "threshold": 1.0}), s, share, f"{r}__{k}={s}", 200)
+         for r, k, s, share in rows],
+        columns=["router", "router_args", "setting_value", "large_token_share", "run", "n"],
+    )  # fmt: skip
+    df["n_failed"] = 0
+    # learned 0.326 lies 3 points from every random and entropy row: alone, it would ask for both
+    # margin's control (between random's 0.104 and 0.204 rows: 0.1 + 0.046), not learned 0.327's
+    assert controls.needed(df) == [("random", 0.146)]
+    assert progress.aimed(df, {"entropy": ("learned",)}, "target_share") == []
+    step = SimpleNamespace(routers=("learned",), against=("entropy",))
+    assert [run for run, _, _ in progress.pairs_in(step, df)] == [
+        f"learned__target_share={s}" for s in (0.1, 0.2, 0.35)]  # fmt: skip
+    # learned with no row at the grid: its 0.327 row is its own grid, and entropy is aimed at it
+    # (between entropy's 0.204 and 0.354 rows: 0.2 + 0.122 x 0.15 / 0.15)
+    lone = df[(df.router == "entropy") | (df.run == "learned__target_share=0.327")]
+    assert progress.aimed(lone, {"entropy": ("learned",)}, "target_share") == [("entropy", 0.322)]
+
+
 def _demo_task_folder(folder: Path) -> Path:
     """The demo's runs of one task (12 examples each), its two reward runs made by target share
     (0.2 and 0.5), every run complete."""
@@ -1114,6 +1146,23 @@ def test_controls_of_rows_on_more_examples_cover_their_examples():
     # a 255-row's control stopped at 230 of 255 is resumed; a 200-example control is finished
     df.loc[df.setting_value == 0.171, "n"] = 230
     assert controls.needed(df)[0] == ("random", 0.171)
+
+
+def test_a_step_pairs_a_row_on_more_examples_on_the_examples_it_decodes(tmp_path):
+    """An experiment on a task's first 12 examples whose folder holds a row on 20 (an edition's
+    whole-split row): its aimed runs decode 12, so a 12-example run at the row's share matches
+    it; asked to cover 20, the step would aim a run it can never make cover them, every time."""
+    folder = _demo_task_folder(tmp_path / "out" / "gsm8k")
+    aimed, _ = experiment.steps(experiment.load(_aim_and_compare_spec(tmp_path)))
+    manifest = json.loads((folder / "speculative_draft_len4" / "manifest.json").read_text())
+    (folder / "speculative_draft_len4" / "manifest.json").write_text(
+        json.dumps({**manifest, "limit": 20}))  # fmt: skip
+    summary = json.loads((folder / "reward_threshold1" / "summary.json").read_text())
+    summary["large_token_share"] = 0.335  # within 2 points of speculative's 0.339
+    (folder / "reward_threshold1" / "summary.json").write_text(json.dumps(summary))
+    assert progress.control_needs(aimed) == []
+    df = progress.task_runs(aimed.folder, aimed.published)
+    assert progress.aimed(df, aimed.pairs, "target_share")  # on all 20: not covered
 
 
 def test_a_status_report_reads_each_task_folder_once(tmp_path, monkeypatch):

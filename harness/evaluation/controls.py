@@ -26,6 +26,10 @@ the whole split and its other rows on the first 200): each run's target is the e
 was asked for (its manifest's limit), and a router row is matched only by a control run whose
 target is at least its own, so that the pair covers the row's examples. A control run asked
 again at a larger target resumes its folder (the first examples are not decoded again).
+
+The rows paired are each router's rows at the sweep's grid of shares (`reports.load.on_grid`):
+a row aimed at another row's share (entropy aimed at learned's 0.179) is there to be compared
+with that row, and asks for no control of its own.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from pathlib import Path
 
 from harness.core.run_folder import RunFolder
 from harness.errors import UserError
-from reports.load import load_runs
+from reports.load import load_runs, on_grid
 from reports.tables import CONTROL_ROUTERS, ENDS, UNCOMPARED, control_of
 from reports.text import MATCH
 
@@ -119,15 +123,16 @@ def needed(df, pairs: dict[str, tuple[str, ...]] | None = None) -> list[tuple[st
     out = unfinished(df)
     if not len(df):
         return out
+    subject = on_grid(df)  # a row aimed at another row's share is not paired with a control
     for control, routers in (pairs if pairs is not None else pairs_of(df.router)).items():
         runs = df[(df.router == control) & (df.large_token_share > 0)]
         # each target in turn, largest first: its rows matched by control runs covering it
-        for target in sorted(set(df[df.router.isin(routers)].target), reverse=True):
+        for target in sorted(set(df[df.router.isin(routers) & subject].target), reverse=True):
             full = df[df.target >= target]
             have_p = {round(float(p), 3) for p in runs[runs.target >= target].setting_value}
             # (a control run started but with nothing decoded yet has no share: NaN matches none)
             shares = list(full[full.router.isin([control, *ENDS])].large_token_share.dropna())
-            mine = df[df.router.isin(routers) & (df.target == target)]
+            mine = df[df.router.isin(routers) & (df.target == target) & subject]
             alone = sorted(
                 float(s)
                 for s in mine.large_token_share.dropna()

@@ -36,7 +36,7 @@ from harness.evaluation.experiment import (
 )
 from harness.evaluation.sweep import setting_name
 from harness.metrics.machines import by_machine, rate_on, session_machines
-from reports.load import ANCHORS, load_run_dirs, run_dirs
+from reports.load import ANCHORS, load_run_dirs, on_grid, run_dirs
 from reports.publish import is_published
 from reports.text import MATCH, nearest_share
 from routers import parse_args
@@ -169,11 +169,15 @@ def anchor_folder(folder: Path, n: int, published: Path | None = None) -> Path |
 
 def control_needs(step: Controls) -> list[tuple[str, float]] | None:
     """[(control, value of its setting)] for the control runs `step` still needs among its
-    task's runs (`held_runs`); None while a router it pairs has no run there (its rows come
-    first)."""
+    task's runs (`held_runs`), each row covered on as many of its examples as the step's runs
+    decode; None while a router it pairs has no run there (its rows come first)."""
     df = task_runs(step.folder, step.published)
     if df is None or not {r for rs in step.pairs.values() for r in rs} <= set(df.router):
         return None
+    # a row on more examples than the step decodes (an edition's whole-split row paired by an
+    # experiment on the first 200) is paired on the step's examples: its controls hold those
+    df = matched.with_targets(df)
+    df = df.assign(target=df.target.clip(upper=target(step.examples)))
     if step.setting == "p":
         return matched.needed(df, dict(step.pairs))
     return aimed(df, step.pairs, step.setting)
@@ -182,12 +186,15 @@ def control_needs(step: Controls) -> list[tuple[str, float]] | None:
 def aimed(df, pairs, key: str) -> list[tuple[str, float]]:
     """[(router, value)]: per router of `pairs` (reports.load.load_runs's rows in `df`), its
     runs started and not finished (to resume them), then a run whose argument `key` (e.g.
-    target_share) is aimed at the realized share of each row paired with it that no run of it
-    covering the row's examples matches within MATCH: interpolated from its runs' `key` and
-    realized shares as the controls are (`harness.evaluation.controls.aim`). A value one of its
+    target_share) is aimed at the realized share of each row paired with it (its rows at the
+    sweep's grid, `reports.load.on_grid`: a row aimed by another experiment asks for nothing)
+    that no run of it covering the row's examples matches within MATCH: interpolated from its
+    runs' `key` and realized shares as the controls are (`harness.evaluation.controls.aim`).
+    A value one of its
     runs covering the row has is not asked again; one covering fewer examples is asked again at
     the row's count, and resumes."""
     out: list[tuple[str, float]] = []
+    subject = on_grid(df)
     df = df.assign(setting_value=[json.loads(a).get(key) for a in df.router_args])
     df = matched.with_targets(df)
     for router, routers in pairs.items():
@@ -195,7 +202,8 @@ def aimed(df, pairs, key: str) -> list[tuple[str, float]]:
         valued = own[own.setting_value.notna()]
         out += [(r, x) for r, x in matched.unfinished(df, (router,)) if not math.isnan(x)]
         runs = valued[valued.large_token_share > 0]
-        for _, row in df[df.router.isin(routers)].sort_values("large_token_share").iterrows():
+        paired = df[df.router.isin(routers) & subject]
+        for _, row in paired.sort_values("large_token_share").iterrows():
             share = row.large_token_share
             if math.isnan(share):
                 continue
@@ -211,14 +219,15 @@ def aimed(df, pairs, key: str) -> list[tuple[str, float]]:
 
 def verdict_pairs(step: Verdicts) -> list[tuple[str, str, str]] | None:
     """(run, router of `against`, that router's run nearest the run's share, '' when none is
-    within MATCH) per run of `step.routers` among its task's runs (`held_runs`); None while
-    they have no run there."""
+    within MATCH) per run of `step.routers` at the sweep's grid (`reports.load.on_grid`: a row
+    aimed at another row's share is compared with, not a subject) among its task's runs
+    (`held_runs`); None while they have no run there."""
     return pairs_in(step, task_runs(step.folder, step.published))
 
 
 def pairs_in(step: Verdicts, df) -> list[tuple[str, str, str]] | None:
     """verdict_pairs over the task's runs already loaded (`task_runs`'s rows, or None)."""
-    rows = df[df.router.isin(step.routers)] if df is not None else []
+    rows = df[df.router.isin(step.routers) & on_grid(df)] if df is not None else []
     if not len(rows):
         return None
     out = []
