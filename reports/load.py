@@ -130,7 +130,7 @@ def at_grid(df: pd.DataFrame) -> pd.Series:
     arguments."""
     if "router_args" not in df or not len(df):
         return pd.Series(True, index=df.index)
-    args = df["router_args"].map(lambda a: json.loads(a) if isinstance(a, str) else a or {})
+    args = df["router_args"].map(json.loads)
     grid = grid_shares(zip(df["router"], args, strict=True))
     asked = [asked_share(a) for a in args]  # (Series.map would turn None into NaN)
     return pd.Series([s is None or s in grid for s in asked], index=df.index)

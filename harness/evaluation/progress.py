@@ -190,9 +190,8 @@ def aimed(df, pairs, key: str) -> list[tuple[str, float]]:
     sweep's grid, `reports.load.on_grid`: a row aimed by another experiment asks for nothing)
     that no run of it covering the row's examples matches within MATCH: interpolated from its
     runs' `key` and realized shares as the controls are (`harness.evaluation.controls.aim`).
-    A value one of its
-    runs covering the row has is not asked again; one covering fewer examples is asked again at
-    the row's count, and resumes."""
+    A value one of its runs covering the row has is not asked again; one covering fewer examples
+    is asked again at the row's count, and resumes."""
     out: list[tuple[str, float]] = []
     subject = on_grid(df)
     df = df.assign(setting_value=[json.loads(a).get(key) for a in df.router_args])
